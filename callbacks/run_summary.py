@@ -1,0 +1,66 @@
+"""``RunSummary``: writes ``summary.json`` into the run's log directory (DESIGN.md, results)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback
+
+__all__ = ["RunSummary"]
+
+
+def _number(value) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class RunSummary(Callback):
+    """At the end of fit and of test, writes ``{"sampler", "dataset", "seed", "steps",
+    "wall_time_s", "metrics": {...}}`` to ``<log_dir>/summary.json`` (merged with what an
+    earlier stage of the same run wrote). Metrics are every value in
+    ``trainer.callback_metrics`` plus what callbacks add through ``summary_metrics()``."""
+
+    def __init__(self, directory: str | None = None) -> None:
+        self.directory = directory
+        self._start = None
+        self.path: Path | None = None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self._start = time.perf_counter()
+
+    def on_test_start(self, trainer, pl_module) -> None:
+        if self._start is None:
+            self._start = time.perf_counter()
+
+    def _write(self, trainer, pl_module) -> None:
+        if not trainer.is_global_zero:
+            return
+        directory = Path(self.directory or trainer.log_dir or trainer.default_root_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / "summary.json"
+        summary = json.loads(self.path.read_text()) if self.path.exists() else {"metrics": {}}
+        metrics = {k: _number(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
+        for callback in trainer.callbacks:
+            if hasattr(callback, "summary_metrics"):
+                metrics.update({k: _number(v) for k, v in callback.summary_metrics().items()})
+        datamodule = getattr(trainer, "datamodule", None)
+        summary.update(
+            sampler=type(pl_module).__name__,
+            dataset=type(datamodule).__name__ if datamodule is not None else None,
+            seed=getattr(pl_module, "seed", None),
+            steps=int(trainer.global_step),
+            wall_time_s=round(time.perf_counter() - self._start, 3) if self._start else None,
+        )
+        summary["metrics"].update(metrics)
+        tmp = self.path.with_name("summary.json.tmp")
+        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
+        os.replace(tmp, self.path)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self._write(trainer, pl_module)
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        self._write(trainer, pl_module)

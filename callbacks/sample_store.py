@@ -1,0 +1,143 @@
+"""Where kept posterior samples live: a bounded memory buffer or safetensors shards on disk.
+
+A store holds draws of every chain as flat float vectors, shape ``(draws, chains, P)``.
+The disk store writes each full shard atomically (temporary file, then rename) and then
+rewrites ``index.json`` atomically, so a reader, or a run killed at any moment, only ever
+sees complete shards listed in the index.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+__all__ = ["DiskStore", "MemoryStore", "read_disk_store"]
+
+INDEX = "index.json"
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class MemoryStore:
+    """Keeps at most ``max_draws`` draws: the last ones (``policy="last"``) or a uniform
+    reservoir sample of all draws so far (``policy="reservoir"``, Vitter's algorithm R)."""
+
+    def __init__(self, max_draws: int, policy: str = "last", seed: int = 0) -> None:
+        if not isinstance(max_draws, int) or max_draws < 1:
+            raise ValueError(f"max_draws must be a positive integer, got {max_draws!r}")
+        if policy not in ("last", "reservoir"):
+            raise ValueError(f"policy must be 'last' or 'reservoir', got {policy!r}")
+        self.max_draws = max_draws
+        self.policy = policy
+        self.generator = torch.Generator().manual_seed(seed)
+        self.buffer: Tensor | None = None
+        self.seen = 0
+
+    def append(self, draw: Tensor) -> None:
+        draw = draw.detach().to("cpu").unsqueeze(0)
+        self.seen += 1
+        if self.buffer is None:
+            self.buffer = draw.clone()
+        elif self.buffer.shape[0] < self.max_draws:
+            self.buffer = torch.cat([self.buffer, draw])
+        elif self.policy == "last":
+            self.buffer = torch.cat([self.buffer[1:], draw])
+        else:
+            slot = int(torch.randint(self.seen, (1,), generator=self.generator))
+            if slot < self.max_draws:
+                self.buffer[slot] = draw[0]
+
+    def draws(self) -> Tensor | None:
+        return self.buffer
+
+    def state_dict(self) -> dict:
+        return {"buffer": self.buffer, "seen": self.seen, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.buffer, self.seen = state["buffer"], int(state["seen"])
+        self.generator.set_state(state["generator"])
+
+
+class DiskStore:
+    """Safetensors shards of ``shard_size`` draws under ``directory``, listed in ``index.json``.
+
+    Draws of an unfinished shard are kept in memory and travel in the checkpoint; on
+    resume, shards written after that checkpoint are dropped, so the store continues
+    without gaps or duplicates.
+    """
+
+    def __init__(self, directory: str | os.PathLike, shard_size: int = 100) -> None:
+        if not isinstance(shard_size, int) or shard_size < 1:
+            raise ValueError(f"shard_size must be a positive integer, got {shard_size!r}")
+        self.directory = Path(directory)
+        self.shard_size = shard_size
+        self.shards: list[dict] = []
+        self.pending: list[Tensor] = []
+
+    @property
+    def seen(self) -> int:
+        return sum(s["draws"] for s in self.shards) + len(self.pending)
+
+    def append(self, draw: Tensor) -> None:
+        self.pending.append(draw.detach().to("cpu").clone())
+        if len(self.pending) >= self.shard_size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the pending draws as one shard and list it in the index."""
+        if not self.pending:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        name = f"shard_{len(self.shards):06d}.safetensors"
+        tmp = self.directory / (name + ".tmp")
+        save_file({"draws": torch.stack(self.pending).contiguous()}, str(tmp))
+        os.replace(tmp, self.directory / name)
+        self.shards.append({"file": name, "draws": len(self.pending)})
+        self.pending = []
+        self._write_index()
+
+    def _write_index(self) -> None:
+        _atomic_write_text(self.directory / INDEX, json.dumps({"shards": self.shards}, indent=1))
+
+    def draws(self) -> Tensor | None:
+        parts = [load_file(str(self.directory / s["file"]))["draws"] for s in self.shards]
+        if self.pending:
+            parts.append(torch.stack(self.pending))
+        return torch.cat(parts) if parts else None
+
+    def state_dict(self) -> dict:
+        pending = torch.stack(self.pending) if self.pending else None
+        return {"shards": json.dumps(self.shards), "pending": pending}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.shards = json.loads(state["shards"])
+        self.pending = list(state["pending"]) if state["pending"] is not None else []
+        kept = {s["file"] for s in self.shards}
+        if self.directory.exists():
+            for path in self.directory.glob("shard_*.safetensors*"):
+                if path.name not in kept:
+                    path.unlink()
+        self._write_index()
+
+
+def read_disk_store(directory: str | os.PathLike) -> Tensor:
+    """All complete shards of a disk store, ``(draws, chains, P)``; safe while a run writes."""
+    directory = Path(directory)
+    index_path = directory / INDEX
+    if not index_path.exists():
+        raise FileNotFoundError(f"no sample store at {directory}: {INDEX} is missing")
+    shards = json.loads(index_path.read_text())["shards"]
+    if not shards:
+        raise ValueError(f"the sample store at {directory} holds no complete shard yet")
+    return torch.cat([load_file(str(directory / s["file"]))["draws"] for s in shards])

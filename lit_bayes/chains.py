@@ -1,0 +1,88 @@
+"""Chains as a leading dimension: stacked parameter states and batched forward passes."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+
+__all__ = ["ChainState", "stacked_call", "index_params"]
+
+
+def _key(name: str) -> str:
+    return name.replace(".", "__")
+
+
+class ChainState(nn.Module):
+    """Parameters of several chains, each stored as one tensor of shape ``(num_chains, *shape)``.
+
+    Being an ``nn.Module`` of ``nn.Parameter``s, the state moves with ``.to(device)``, goes
+    into Lightning checkpoints through ``state_dict`` and is stepped by any optimizer.
+    """
+
+    def __init__(self, params: Mapping[str, Tensor]) -> None:
+        super().__init__()
+        if not params:
+            raise ValueError("params is empty: a chain needs at least one parameter")
+        shapes = {p.shape[0] for p in params.values()}
+        if len(shapes) != 1:
+            raise ValueError(f"every parameter needs the same leading (chain) dimension, got {sorted(shapes)}")
+        self.names = list(params)
+        for name, p in params.items():
+            self.register_parameter(_key(name), nn.Parameter(p.detach().clone()))
+
+    @property
+    def num_chains(self) -> int:
+        return getattr(self, _key(self.names[0])).shape[0]
+
+    def as_dict(self) -> dict[str, Tensor]:
+        """The live parameters by their original names (views, gradients flow)."""
+        return {name: getattr(self, _key(name)) for name in self.names}
+
+    def snapshot(self) -> dict[str, Tensor]:
+        """Detached copies of the current state (no aliasing with the live storage)."""
+        return {name: p.detach().clone() for name, p in self.as_dict().items()}
+
+    def flat(self) -> Tensor:
+        """The state as one ``(num_chains, num_parameters)`` tensor, in ``names`` order."""
+        return torch.cat([p.detach().reshape(p.shape[0], -1) for p in self.as_dict().values()], dim=1)
+
+    def unflatten(self, flat: Tensor) -> dict[str, Tensor]:
+        """Inverse of :meth:`flat` for any leading dimensions: ``(..., P)`` to named tensors."""
+        out, start = {}, 0
+        for name, p in self.as_dict().items():
+            size = p[0].numel()
+            out[name] = flat[..., start : start + size].reshape(*flat.shape[:-1], *p.shape[1:])
+            start += size
+        if start != flat.shape[-1]:
+            raise ValueError(f"flat holds {flat.shape[-1]} values per sample, the chains have {start} parameters")
+        return out
+
+
+def index_params(params: Mapping[str, Tensor], index) -> dict[str, Tensor]:
+    """Select along the leading dimension of every parameter tensor."""
+    return {name: p[index] for name, p in params.items()}
+
+
+def stacked_call(
+    module: nn.Module,
+    params: Mapping[str, Tensor],
+    *args: Tensor,
+    vectorize: bool = True,
+) -> Tensor:
+    """Evaluate ``module`` with every parameter set of ``params`` (leading dimension S).
+
+    Returns a tensor with a leading dimension S; ``args`` are shared by every parameter
+    set. ``vectorize=True`` uses one ``torch.func.vmap`` over ``functional_call``; ``False`` is
+    the reference loop for modules that vmap cannot handle. Buffers are shared.
+    """
+    buffers = dict(module.named_buffers())
+
+    def call(p: Mapping[str, Tensor], *a: Tensor) -> Tensor:
+        return functional_call(module, (dict(p), buffers), a)
+
+    if vectorize:
+        return vmap(call, in_dims=(0,) + (None,) * len(args))(dict(params), *args)
+    num = next(iter(params.values())).shape[0]
+    return torch.stack([call(index_params(params, s), *args) for s in range(num)])

@@ -1,0 +1,88 @@
+"""The ``lit-bayes`` command: LightningCLI over every sampler module and DataModule.
+
+    lit-bayes fit -c recipes/xor_sgld.yaml          # sample, then test; writes summary.json
+    lit-bayes fit -c recipes/xor_sgld.yaml --wandb false
+    lit-bayes test -c recipes/xor_sgld.yaml --ckpt_path runs/.../last.ckpt
+
+Every run logs to a CSV logger (its directory ``<default_root_dir>/version_<n>`` holds
+``summary.json``, plots and samples) and, unless ``--wandb false``, to Weights & Biases:
+offline when no W&B account is logged in (``wandb sync`` uploads the run later), online
+when one is. The sample-keeping, predictive, metric and summary callbacks are always on;
+their settings are the config sections ``samples``, ``predictive``, ``metrics``.
+"""
+from __future__ import annotations
+
+import netrc
+import os
+
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+
+from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, RunSummary, UncertaintyMetrics
+from lit_bayes.samplers import SamplerModule
+
+__all__ = ["LitBayesCLI", "main", "wandb_logged_in"]
+
+
+def wandb_logged_in() -> bool:
+    """Whether W&B credentials are available (``WANDB_API_KEY`` or a netrc entry)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("//")[-1]
+        return netrc.netrc().authenticators(host) is not None
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+
+
+class LitBayesCLI(LightningCLI):
+    """LightningCLI with lit_bayes's always-on callbacks, loggers and test-after-fit."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument("--wandb", type=bool, default=True, help="log to W&B (offline unless logged in)")
+        parser.add_argument("--wandb_project", type=str, default="lit-bayes", help="W&B project name")
+        parser.add_argument("--test_after_fit", type=bool, default=True, help="run the test set after fit")
+        parser.add_lightning_class_args(PosteriorSamples, "samples")
+        parser.add_lightning_class_args(PredictiveMarginal, "predictive")
+        parser.add_lightning_class_args(UncertaintyMetrics, "metrics")
+        parser.add_lightning_class_args(RunSummary, "summary")
+
+    def instantiate_trainer(self, **kwargs):
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if config.trainer.logger in (None, True):
+            root = config.trainer.default_root_dir or "runs"
+            csv = CSVLogger(root, name="")
+            loggers = [csv]
+            if config.wandb:
+                os.makedirs(csv.log_dir, exist_ok=True)
+                loggers.append(
+                    WandbLogger(
+                        project=config.wandb_project,
+                        save_dir=csv.log_dir,
+                        offline=os.environ.get("WANDB_MODE") == "offline" or not wandb_logged_in(),
+                    )
+                )
+            kwargs["logger"] = loggers
+        return super().instantiate_trainer(**kwargs)
+
+    def after_fit(self) -> None:
+        if self.config.fit.test_after_fit and self.datamodule is not None:
+            self.trainer.test(self.model, datamodule=self.datamodule)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of the ``lit-bayes`` console script."""
+    LitBayesCLI(
+        SamplerModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+        auto_configure_optimizers=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

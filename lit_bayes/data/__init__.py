@@ -1,0 +1,16 @@
+"""LightningDataModules for the papers' data sets (see :mod:`lit_bayes.data.base` for the shared contract)."""
+from .base import BayesDataModule, EpochShuffleSampler
+from .images import TorchvisionImages
+from .synthetic import LinearRegression, NoisyXOR, SyntheticRegression, TwoMoons
+from .tabular import TabularCSV
+
+__all__ = [
+    "BayesDataModule",
+    "EpochShuffleSampler",
+    "LinearRegression",
+    "NoisyXOR",
+    "SyntheticRegression",
+    "TabularCSV",
+    "TorchvisionImages",
+    "TwoMoons",
+]

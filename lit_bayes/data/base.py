@@ -1,0 +1,221 @@
+"""Shared base of every lit_bayes DataModule: validated tensor splits and reproducible loaders.
+
+Every dataset of the papers (fnbg spec §4, feynman-kac spec §6.2-6.4, structured-sgmcmc spec §6)
+is small enough to live in memory, so a DataModule here holds three ``TensorDataset`` splits of
+``(x, y)``: ``x`` float32 with the points on the first dimension, ``y`` int64 class labels
+(classification) or float32 targets of shape ``(n,)`` (regression). Batches are ``(x, y)`` tuples.
+
+Training batches are reshuffled every epoch with an order that depends only on ``(seed, epoch)``
+(:class:`EpochShuffleSampler`), so a run resumed from a checkpoint sees exactly the batches an
+uninterrupted run would have seen.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterator
+from typing import Literal
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Sampler, TensorDataset
+
+__all__ = ["BayesDataModule", "EpochShuffleSampler"]
+
+Task = Literal["classification", "regression"]
+SPLITS = ("train", "val", "test")
+
+
+def check_int(name: str, value: object, minimum: int) -> int:
+    """Return ``value`` if it is an integer >= ``minimum``, else raise ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_float(name: str, value: object, minimum: float | None = None) -> float:
+    """Return ``value`` as a float if it is a finite real >= ``minimum``, else raise ``ValueError``."""
+    allowed = "a finite real number" + ("" if minimum is None else f" >= {minimum}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value: object, choices: tuple) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+
+
+def check_batch_size(name: str, value: object) -> int | None:
+    """A batch size is a positive integer, or ``None`` for the whole split in one batch."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer or None (one batch), got {value!r}")
+    return int(value)
+
+
+class EpochShuffleSampler(Sampler[int]):
+    """A random permutation of ``range(num_samples)`` that depends only on ``(seed, epoch)``.
+
+    Lightning calls :meth:`set_epoch` at the start of every training epoch (also after a resume),
+    so epoch ``e`` is shuffled identically whether or not the run was interrupted before it.
+    """
+
+    def __init__(self, num_samples: int, seed: int, epoch: int = 0) -> None:
+        self.num_samples = check_int("num_samples", num_samples, 0)
+        self.seed = check_int("seed", seed, 0)
+        self.set_epoch(epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the permutation of epoch ``epoch`` (a non-negative integer)."""
+        self.epoch = check_int("epoch", epoch, 0)
+
+    def permutation(self) -> Tensor:
+        """The order of this epoch, as an int64 tensor."""
+        state = np.random.SeedSequence([self.seed, self.epoch]).generate_state(1, dtype=np.uint64)[0]
+        generator = torch.Generator().manual_seed(int(state))
+        return torch.randperm(self.num_samples, generator=generator)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.permutation().tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class BayesDataModule(L.LightningDataModule):
+    """In-memory train/val/test splits with the attributes every sampler relies on.
+
+    Subclasses set ``task``, ``num_classes`` and ``input_shape`` through ``__init__`` and
+    implement :meth:`load`, which returns ``{"train": (x, y), "val": (x, y), "test": (x, y)}``.
+    :meth:`setup` calls it once and checks every split with :meth:`validate_split`.
+
+    Args:
+        task: ``"classification"`` (int64 labels in ``[0, num_classes)``) or ``"regression"``
+            (float32 targets of shape ``(n,)``).
+        num_classes: number of classes (>= 2) for classification; ``None`` for regression.
+        input_shape: shape of one input point, e.g. ``(2,)`` or ``(1, 28, 28)``.
+        batch_size: training batch size; ``None`` or a value >= ``num_train`` means full batch.
+        eval_batch_size: batch size of the val/test/predict loaders; ``None`` means one batch.
+        seed: non-negative integer seeding data generation, splits and the per-epoch shuffle.
+        num_workers: DataLoader worker processes (0 loads in the main process).
+
+    Attributes:
+        num_train: number of training points (available after :meth:`setup`).
+        train_data, val_data, test_data: the ``TensorDataset`` splits (after :meth:`setup`);
+            a split may be empty except ``train_data``.
+    """
+
+    def __init__(
+        self,
+        *,
+        task: Task,
+        num_classes: int | None,
+        input_shape: tuple[int, ...],
+        batch_size: int | None,
+        eval_batch_size: int | None,
+        seed: int,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        check_choice("task", task, ("classification", "regression"))
+        if task == "classification":
+            check_int("num_classes", num_classes, 2)
+        elif num_classes is not None:
+            raise ValueError(f"num_classes must be None for task='regression', got {num_classes!r}")
+        self.task = task
+        self.num_classes = num_classes
+        self.input_shape = tuple(input_shape)
+        self.batch_size = check_batch_size("batch_size", batch_size)
+        self.eval_batch_size = check_batch_size("eval_batch_size", eval_batch_size)
+        self.seed = check_int("seed", seed, 0)
+        self.num_workers = check_int("num_workers", num_workers, 0)
+        self.train_data: TensorDataset | None = None
+        self.val_data: TensorDataset | None = None
+        self.test_data: TensorDataset | None = None
+
+    def load(self) -> dict[str, tuple[Tensor, Tensor]]:
+        """Build the splits: ``{"train": (x, y), "val": (x, y), "test": (x, y)}``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement load()")
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load and validate the splits once; later calls (any ``stage``) reuse them."""
+        if self.train_data is not None:
+            return
+        splits = self.load()
+        for split in SPLITS:
+            self.validate_split(split, *splits[split])
+        self.train_data, self.val_data, self.test_data = (TensorDataset(*splits[split]) for split in SPLITS)
+
+    @property
+    def num_train(self) -> int:
+        """Number of training points."""
+        return len(self._split("train"))
+
+    def validate_split(self, split: str, x: Tensor, y: Tensor) -> None:
+        """Raise ``ValueError`` naming ``split`` and the argument if ``(x, y)`` is not a valid split."""
+        where = f"{type(self).__name__} {split} split"
+        if not isinstance(x, Tensor) or x.dtype != torch.float32 or x.dim() < 2:
+            raise ValueError(f"{where}: x must be a float32 tensor of shape (n, *input_shape), got {_describe(x)}")
+        if tuple(x.shape[1:]) != self.input_shape:
+            raise ValueError(
+                f"{where}: x has point shape {tuple(x.shape[1:])}, expected input_shape {self.input_shape}"
+            )
+        want = torch.int64 if self.task == "classification" else torch.float32
+        if not isinstance(y, Tensor) or y.dtype != want or y.dim() != 1:
+            raise ValueError(f"{where}: y must be a 1-d {want} tensor for task={self.task!r}, got {_describe(y)}")
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"{where}: x has {x.shape[0]} rows but y has {y.shape[0]}; they must match")
+        if not torch.isfinite(x).all():
+            raise ValueError(f"{where}: x contains NaN or infinite values")
+        if self.task == "regression" and not torch.isfinite(y).all():
+            raise ValueError(f"{where}: y contains NaN or infinite values")
+        if self.task == "classification" and y.numel() and (y.min() < 0 or y.max() >= self.num_classes):
+            raise ValueError(
+                f"{where}: y holds labels in [{int(y.min())}, {int(y.max())}], allowed are 0..{self.num_classes - 1}"
+            )
+        if split == "train" and x.shape[0] == 0:
+            raise ValueError(f"{where}: at least one training point is needed, got 0")
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled training batches; the order of epoch ``e`` depends only on ``(seed, e)``."""
+        data = self._split("train")
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        sampler = EpochShuffleSampler(len(data), self.seed, epoch)
+        return self._loader(data, self.batch_size, sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        """Validation batches in a fixed order (no batches if the split is empty)."""
+        return self._loader(self._split("val"), self.eval_batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        """Test batches in a fixed order."""
+        return self._loader(self._split("test"), self.eval_batch_size)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The test split in a fixed order, as ``(x, y)`` batches (``predict_step`` uses ``x``)."""
+        return self._loader(self._split("test"), self.eval_batch_size)
+
+    def _split(self, split: str) -> TensorDataset:
+        data = getattr(self, f"{split}_data")
+        if data is None:
+            raise RuntimeError(f"{type(self).__name__}.setup() must run before the {split} split is used")
+        return data
+
+    def _loader(self, data: TensorDataset, batch_size: int | None, sampler: Sampler | None = None) -> DataLoader:
+        size = len(data) if batch_size is None else min(batch_size, len(data))
+        return DataLoader(
+            data, batch_size=max(size, 1), sampler=sampler, shuffle=False, drop_last=False, num_workers=self.num_workers
+        )
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, Tensor):
+        return f"{value.dtype} tensor of shape {tuple(value.shape)}"
+    return type(value).__name__

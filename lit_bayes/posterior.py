@@ -1,0 +1,251 @@
+"""Energy conventions: likelihoods, priors, minibatch scaling and temperature.
+
+This module is the single place where the target of every sampler is defined.
+
+For data D = {(x_i, y_i)}_{i=1..N}, a likelihood p(y | f_theta(x)) and a prior p(theta),
+the energy (negative log joint, structured-sgmcmc spec Eq. 1/9) is
+
+    U(theta) = - sum_{i=1..N} log p(y_i | x_i, theta) - log p(theta).
+
+On a minibatch B of size |B| it is estimated by (spec Eq. 2/10)
+
+    U_hat(theta) = - s * sum_{i in B} log p(y_i | x_i, theta) - log p(theta),
+
+with s = N / |B| (``minibatch_scaling="rescaled"``, unbiased) or s = 1
+(``minibatch_scaling="sum"``, the raw batch sum used by the FNBG paper, Eq. 3 of seed 000).
+
+Temperature T tempers the whole posterior: the samplers target
+
+    p_T(theta | D) ∝ exp(-U(theta) / T),
+
+so T = 1 is the true Bayesian posterior, T < 1 a "cold" posterior. Every stepper samples
+exp(-energy) for the energy returned by :meth:`Posterior.energy`, which already holds 1/T.
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Mapping
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "Bernoulli",
+    "Categorical",
+    "Gaussian",
+    "GaussianPrior",
+    "Likelihood",
+    "Posterior",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+class Likelihood(nn.Module):
+    """Per-point log-likelihood ``log p(y | output)`` of a network's outputs.
+
+    ``forward(output, target)`` accepts outputs with any number of leading dimensions
+    (chains, samples) before the batch dimension and returns log-probabilities of shape
+    ``output.shape[:-1]`` (one value per point). Subclasses that carry parameters (a
+    learned noise scale) have them sampled together with the network's.
+    """
+
+    task: Literal["classification", "regression"]
+
+    def check_target(self, target: Tensor, name: str = "target") -> None:
+        """Raise ``ValueError`` naming ``name`` if ``target`` is not valid for this likelihood."""
+        if not torch.is_floating_point(target) and self.task == "regression":
+            raise ValueError(f"{name} must be a floating-point tensor for {type(self).__name__}, got {target.dtype}")
+        if torch.is_floating_point(target) and not torch.isfinite(target).all():
+            raise ValueError(f"{name} contains NaN or infinite values")
+
+
+class Categorical(Likelihood):
+    """Categorical likelihood over ``num_classes`` logits: ``log softmax(output)[y]``."""
+
+    task = "classification"
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        if not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        self.num_classes = num_classes
+
+    def check_target(self, target: Tensor, name: str = "target") -> None:
+        if torch.is_floating_point(target) or target.dtype == torch.bool:
+            raise ValueError(f"{name} must hold integer class labels, got dtype {target.dtype}")
+        if target.numel() and (target.min() < 0 or target.max() >= self.num_classes):
+            raise ValueError(
+                f"{name} has labels in [{int(target.min())}, {int(target.max())}], "
+                f"allowed range is [0, {self.num_classes - 1}]"
+            )
+
+    def class_log_probs(self, output: Tensor) -> Tensor:
+        """Log-probabilities of every class, shape ``(..., B, num_classes)``."""
+        if output.shape[-1] != self.num_classes:
+            raise ValueError(f"output has {output.shape[-1]} logits, Categorical expects num_classes={self.num_classes}")
+        return F.log_softmax(output, dim=-1)
+
+    def forward(self, output: Tensor, target: Tensor) -> Tensor:
+        log_p = self.class_log_probs(output)
+        index = target.long().expand(log_p.shape[:-1]).unsqueeze(-1)
+        return log_p.gather(-1, index).squeeze(-1)
+
+
+class Bernoulli(Likelihood):
+    """Bernoulli likelihood with one logit f: ``log p(y=1) = log sigmoid(f)``."""
+
+    task = "classification"
+    num_classes = 2
+
+    def check_target(self, target: Tensor, name: str = "target") -> None:
+        if target.numel() and not ((target == 0) | (target == 1)).all():
+            raise ValueError(f"{name} must hold binary labels 0 or 1 for Bernoulli")
+
+    @staticmethod
+    def _logit(output: Tensor) -> Tensor:
+        if output.shape[-1] != 1:
+            raise ValueError(f"Bernoulli expects one output logit per point, got output of shape {tuple(output.shape)}")
+        return output.squeeze(-1)
+
+    def class_log_probs(self, output: Tensor) -> Tensor:
+        """Log-probabilities of classes 0 and 1, shape ``(..., B, 2)``."""
+        f = self._logit(output)
+        return torch.stack([F.logsigmoid(-f), F.logsigmoid(f)], dim=-1)
+
+    def forward(self, output: Tensor, target: Tensor) -> Tensor:
+        f = self._logit(output)
+        return target.to(f.dtype) * f - F.softplus(f)
+
+
+class Gaussian(Likelihood):
+    """Gaussian likelihood ``N(y; f(x), sigma^2)`` with a fixed or a learned noise scale.
+
+    With ``learn_noise=True`` the log noise standard deviation is a parameter of the model,
+    sampled (or optimised) together with the network's weights under the same prior.
+    """
+
+    task = "regression"
+
+    def __init__(self, noise_std: float = 1.0, learn_noise: bool = False) -> None:
+        super().__init__()
+        if not noise_std > 0:
+            raise ValueError(f"noise_std must be > 0, got {noise_std!r}")
+        log_std = torch.tensor(math.log(noise_std))
+        if learn_noise:
+            self.log_noise_std = nn.Parameter(log_std)
+        else:
+            self.register_buffer("log_noise_std", log_std)
+
+    def mean_and_variance(self, output: Tensor, log_noise_std: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Mean and noise variance per point, each ``(..., B)``.
+
+        ``log_noise_std`` overrides the module's own (stacked samples of it, one per chain,
+        broadcast over that chain's points).
+        """
+        if output.shape[-1] != 1:
+            raise ValueError(f"Gaussian expects one output per point, got output of shape {tuple(output.shape)}")
+        mean = output.squeeze(-1)
+        var = torch.exp(2.0 * (self.log_noise_std if log_noise_std is None else log_noise_std))
+        return mean, var.reshape(var.shape + (1,) * (mean.dim() - var.dim())).expand_as(mean)
+
+    def forward(self, output: Tensor, target: Tensor) -> Tensor:
+        mean, var = self.mean_and_variance(output)
+        return -0.5 * ((target.to(mean.dtype) - mean) ** 2 / var + torch.log(var) + _LOG_2PI)
+
+
+class GaussianPrior(nn.Module):
+    """Isotropic Gaussian prior ``N(0, variance)`` per parameter, with per-group variances.
+
+    ``group_variances`` maps shell-style patterns on parameter names (``"net.0.*"``,
+    ``"*.bias"``) to a variance; the first matching pattern wins, others get ``variance``.
+    The log-density includes its normalising constant, so evidence estimates are exact:
+
+        log p(theta) = sum_j [ -theta_j^2 / (2 v_j) - log(2 pi v_j) / 2 ].
+    """
+
+    def __init__(self, variance: float = 1.0, group_variances: Mapping[str, float] | None = None) -> None:
+        super().__init__()
+        if not variance > 0:
+            raise ValueError(f"prior variance must be > 0, got {variance!r}")
+        for pattern, v in (group_variances or {}).items():
+            if not v > 0:
+                raise ValueError(f"group_variances[{pattern!r}] must be > 0, got {v!r}")
+        self.variance = float(variance)
+        self.group_variances = dict(group_variances or {})
+
+    def variance_of(self, name: str) -> float:
+        """Prior variance of the parameter called ``name``."""
+        for pattern, v in self.group_variances.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                return float(v)
+        return self.variance
+
+    def forward(self, params: Mapping[str, Tensor], batch_dims: int = 1) -> Tensor:
+        """Log prior of parameters whose first ``batch_dims`` dimensions index chains/samples."""
+        total = None
+        for name, p in params.items():
+            v = self.variance_of(name)
+            flat = p.reshape(*p.shape[:batch_dims], -1)
+            term = -0.5 * (flat**2).sum(-1) / v - 0.5 * flat.shape[-1] * (math.log(v) + _LOG_2PI)
+            total = term if total is None else total + term
+        if total is None:
+            raise ValueError("params is empty: the prior needs at least one parameter")
+        return total
+
+    def sample(self, params: Mapping[str, Tensor], generator: torch.Generator | None = None) -> dict[str, Tensor]:
+        """Draw parameters shaped like ``params`` from the prior."""
+        return {
+            name: torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype) * self.variance_of(name) ** 0.5
+            for name, p in params.items()
+        }
+
+
+class Posterior:
+    """Tempered, minibatch-scaled energy ``U_hat(theta) / T`` (see the module docstring).
+
+    Args:
+        likelihood: per-point likelihood of the network outputs.
+        prior: prior over the sampled parameters.
+        num_data: N, the number of training points. ``None`` lets the sampler read it
+            from the DataModule (``num_train``) when training starts.
+        temperature: T > 0; 1 is the Bayesian posterior.
+        minibatch_scaling: ``"rescaled"`` (N/|B| times the batch sum, unbiased) or
+            ``"sum"`` (the raw batch sum, as in the FNBG paper).
+    """
+
+    def __init__(
+        self,
+        likelihood: Likelihood,
+        prior: GaussianPrior,
+        num_data: int | None = None,
+        temperature: float = 1.0,
+        minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",
+    ) -> None:
+        if num_data is not None and (not isinstance(num_data, int) or num_data < 1):
+            raise ValueError(f"num_data must be a positive integer, got {num_data!r}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if minibatch_scaling not in ("rescaled", "sum"):
+            raise ValueError(f"minibatch_scaling must be 'rescaled' or 'sum', got {minibatch_scaling!r}")
+        self.likelihood = likelihood
+        self.prior = prior
+        self.num_data = num_data
+        self.temperature = float(temperature)
+        self.minibatch_scaling = minibatch_scaling
+
+    def likelihood_scale(self, batch_size: int) -> float:
+        """s in U_hat: N/|B| for ``"rescaled"``, 1 for ``"sum"``."""
+        if self.minibatch_scaling == "sum":
+            return 1.0
+        if self.num_data is None:
+            raise ValueError("num_data is not set: pass num_data or use a DataModule that exposes num_train")
+        return self.num_data / batch_size
+
+    def energy(self, log_lik: Tensor, log_prior: Tensor) -> Tensor:
+        """Tempered energy from per-point log-likelihoods ``(..., B)`` and log priors ``(...)``."""
+        scale = self.likelihood_scale(log_lik.shape[-1])
+        return -(scale * log_lik.sum(-1) + log_prior) / self.temperature

@@ -1,0 +1,6 @@
+"""Sampler LightningModules, one file per family."""
+from lit_bayes.samplers.base import SamplerModule
+from lit_bayes.samplers.map import MAP
+from lit_bayes.samplers.sgmcmc import SGMCMC
+
+__all__ = ["MAP", "SGMCMC", "SamplerModule"]

@@ -1,0 +1,67 @@
+"""``MAP``: deterministic SGD/Adam training of the same posterior, the baseline."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from lit_bayes.posterior import GaussianPrior, Likelihood
+from lit_bayes.samplers.base import SamplerModule
+
+__all__ = ["MAP"]
+
+OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+
+
+class MAP(SamplerModule):
+    """Maximum a posteriori training: minimise U(theta) / N with SGD or Adam.
+
+    The loss is the energy of :mod:`lit_bayes.posterior` divided by ``num_data`` (so
+    learning rates do not depend on the data size); its minimiser is the MAP estimate of
+    the tempered posterior. With ``num_chains > 1`` the independently initialised chains
+    form a deep ensemble. MAP keeps no samples: predictions use the current parameters.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        likelihood: Likelihood,
+        prior: GaussianPrior | None = None,
+        optimizer: Literal["sgd", "adam"] = "adam",
+        lr: float = 1e-2,
+        optimizer_options: dict[str, Any] | None = None,
+        num_data: int | None = None,
+        temperature: float = 1.0,
+        minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",
+        num_chains: int = 1,
+        seed: int = 0,
+        init: Literal["module", "prior", "template"] = "module",
+        vectorize: bool = True,
+    ) -> None:
+        super().__init__(
+            model, likelihood, prior, num_data, temperature, minibatch_scaling,
+            num_chains, 0, 1, seed, init, vectorize,
+        )
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+        if not isinstance(lr, (int, float)) or not lr > 0:
+            raise ValueError(f"lr must be a positive number, got {lr!r}")
+        self.optimizer_name = optimizer
+        self.lr = float(lr)
+        self.optimizer_options = dict(optimizer_options or {})
+
+    def configure_optimizers(self):
+        self.make_generator()
+        return OPTIMIZERS[self.optimizer_name](self.chains.parameters(), lr=self.lr, **self.optimizer_options)
+
+    def is_sample_step(self) -> bool:
+        return False
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = self.check_batch(batch)
+        energy = self.energy(self.chains.as_dict(), x, y)
+        self.check_energy(energy)
+        loss = energy.sum() / self.posterior.num_data if self.posterior.num_data else energy.sum() / x.shape[0]
+        self.log("train/loss", loss.detach() / self.num_chains, prog_bar=True, on_step=True, on_epoch=False)
+        return loss

@@ -1,0 +1,84 @@
+"""``SGMCMC``: SGLD, pSGLD and SGHMC over several chains through ``Trainer.fit``."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from lit_bayes.posterior import GaussianPrior, Likelihood
+from lit_bayes.samplers.base import SamplerModule
+from lit_bayes.schedules import StepSizeSchedule
+from lit_bayes.steppers import PSGLD, SGHMC, SGLD
+
+__all__ = ["SGMCMC"]
+
+STEPPERS = {"sgld": SGLD, "psgld": PSGLD, "sghmc": SGHMC}
+
+
+class SGMCMC(SamplerModule):
+    """Stochastic-gradient MCMC (structured-sgmcmc spec §3, Eqs. 44-46) with batched chains.
+
+    Each training step draws one minibatch, evaluates the tempered energy of every chain
+    in one vectorised call, back-propagates their sum (chains are independent, so each
+    receives its own gradient) and lets the stepper move every chain.
+
+    Args (besides :class:`SamplerModule`'s):
+        stepper: ``"sgld"``, ``"psgld"`` or ``"sghmc"``.
+        step_size: eps of the update rule (the stepper's ``lr``).
+        schedule: ``"constant"``, ``"polynomial"`` or ``"cyclical"`` (:class:`StepSizeSchedule`).
+        schedule_options: ``decay_steps``, ``decay_power``, ``cycle_length``.
+        stepper_options: extra stepper arguments (pSGLD ``alpha``, ``eps_precond``;
+            SGHMC ``friction``, ``noise_estimate``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        likelihood: Likelihood,
+        prior: GaussianPrior | None = None,
+        stepper: Literal["sgld", "psgld", "sghmc"] = "sgld",
+        step_size: float = 1e-4,
+        schedule: Literal["constant", "polynomial", "cyclical"] = "constant",
+        schedule_options: dict[str, Any] | None = None,
+        stepper_options: dict[str, Any] | None = None,
+        num_data: int | None = None,
+        temperature: float = 1.0,
+        minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",
+        num_chains: int = 1,
+        burn_in: int = 0,
+        thinning: int = 1,
+        seed: int = 0,
+        init: Literal["module", "prior", "template"] = "module",
+        vectorize: bool = True,
+    ) -> None:
+        super().__init__(
+            model, likelihood, prior, num_data, temperature, minibatch_scaling,
+            num_chains, burn_in, thinning, seed, init, vectorize,
+        )
+        if stepper not in STEPPERS:
+            raise ValueError(f"stepper must be one of {sorted(STEPPERS)}, got {stepper!r}")
+        self.stepper_name = stepper
+        self.stepper_options = dict(stepper_options or {})
+        self.schedule = StepSizeSchedule(step_size, schedule, **(schedule_options or {}))
+        self.automatic_optimization = False
+
+    def configure_optimizers(self):
+        return STEPPERS[self.stepper_name](
+            self.chains.parameters(), lr=self.schedule(0), generator=self.make_generator(), **self.stepper_options
+        )
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = self.check_batch(batch)
+        stepper = self.optimizers()
+        step_size = self.schedule(self.global_step)
+        for group in stepper.param_groups:
+            group["lr"] = step_size
+        stepper.zero_grad()
+        energy = self.energy(self.chains.as_dict(), x, y)
+        self.check_energy(energy)
+        self.manual_backward(energy.sum())
+        stepper.step()
+        self.log("step_size", step_size, prog_bar=True, on_step=True, on_epoch=False)
+        self.log("train/energy", energy.detach().mean(), prog_bar=True, on_step=True, on_epoch=False)
+        return energy.detach()

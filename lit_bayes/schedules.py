@@ -1,0 +1,51 @@
+"""Step-size schedules eps_t as pure functions of the step index t (resume needs no state)."""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+__all__ = ["StepSizeSchedule"]
+
+
+class StepSizeSchedule:
+    """Step size eps_t for step t = 0, 1, ...
+
+    - ``"constant"``: eps_t = step_size.
+    - ``"polynomial"``: eps_t = step_size * (1 + t / decay_steps) ** (-decay_power)
+      (Welling & Teh 2011: eps_t = a (b + t)^-gamma with a = step_size b^gamma, b = decay_steps;
+      decay_power in (0.5, 1] satisfies their conditions sum eps = inf, sum eps^2 < inf).
+    - ``"cyclical"``: cosine cycles of Zhang et al. (2020, Eq. 1),
+      eps_t = step_size / 2 * (cos(pi * (t mod L) / L) + 1), L = cycle_length.
+    """
+
+    def __init__(
+        self,
+        step_size: float,
+        kind: Literal["constant", "polynomial", "cyclical"] = "constant",
+        decay_steps: float = 1000.0,
+        decay_power: float = 0.55,
+        cycle_length: int = 1000,
+    ) -> None:
+        if not isinstance(step_size, (int, float)) or not step_size > 0:
+            raise ValueError(f"step_size must be a positive number, got {step_size!r}")
+        if kind not in ("constant", "polynomial", "cyclical"):
+            raise ValueError(f"schedule must be 'constant', 'polynomial' or 'cyclical', got {kind!r}")
+        if not decay_steps > 0:
+            raise ValueError(f"decay_steps must be > 0, got {decay_steps!r}")
+        if not decay_power >= 0:
+            raise ValueError(f"decay_power must be >= 0, got {decay_power!r}")
+        if not isinstance(cycle_length, int) or cycle_length < 1:
+            raise ValueError(f"cycle_length must be a positive integer, got {cycle_length!r}")
+        self.step_size = float(step_size)
+        self.kind = kind
+        self.decay_steps = float(decay_steps)
+        self.decay_power = float(decay_power)
+        self.cycle_length = cycle_length
+
+    def __call__(self, t: int) -> float:
+        if self.kind == "polynomial":
+            return self.step_size * (1.0 + t / self.decay_steps) ** (-self.decay_power)
+        if self.kind == "cyclical":
+            phase = (t % self.cycle_length) / self.cycle_length
+            return self.step_size / 2.0 * (math.cos(math.pi * phase) + 1.0)
+        return self.step_size

@@ -1,0 +1,6 @@
+"""Optimizer-like steppers: each ``step`` advances every chain by one transition."""
+from lit_bayes.steppers.psgld import PSGLD
+from lit_bayes.steppers.sghmc import SGHMC
+from lit_bayes.steppers.sgld import SGLD
+
+__all__ = ["PSGLD", "SGHMC", "SGLD"]

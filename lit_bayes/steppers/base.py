@@ -1,0 +1,45 @@
+"""Common base of the stochastic-gradient MCMC steppers."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+__all__ = ["NoisyStepper"]
+
+
+class NoisyStepper(Optimizer):
+    """An optimizer whose ``step`` adds Gaussian noise drawn from its own generator.
+
+    The gradient in ``p.grad`` must be the gradient of the energy U (negative log target
+    density, tempered as in :mod:`lit_bayes.posterior`); ``lr`` is the step size epsilon.
+    A ``generator`` makes the chain reproducible and is required for exact resume; it must
+    live on the parameters' device.
+    """
+
+    def __init__(self, params: Iterable, defaults: dict, generator: torch.Generator | None = None) -> None:
+        lr = defaults.get("lr")
+        if not isinstance(lr, (int, float)) or not lr > 0:
+            raise ValueError(f"lr (the step size) must be a positive number, got {lr!r}")
+        super().__init__(params, defaults)
+        self.generator = generator
+
+    def noise_like(self, p: Tensor) -> Tensor:
+        """Standard normal noise shaped like ``p``, from this stepper's generator."""
+        return torch.randn(p.shape, generator=self.generator, device=p.device, dtype=p.dtype)
+
+    def params_with_grad(self, group: dict) -> list[Tensor]:
+        """Parameters of ``group`` that received a gradient; a non-finite one is an error."""
+        out = []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if not torch.isfinite(p.grad).all():
+                raise FloatingPointError(
+                    f"{type(self).__name__}: the energy gradient is NaN or infinite "
+                    f"(lr={group['lr']:g}); the step size is likely too large or the data holds extreme values"
+                )
+            out.append(p)
+        return out

@@ -1,0 +1,131 @@
+"""ChainDiagnostics through short SGLD runs on a conjugate linear-regression posterior."""
+from __future__ import annotations
+
+import csv
+import json
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch import nn
+
+from lit_bayes import SGMCMC, Gaussian, GaussianPrior
+from lit_bayes.callbacks import ChainDiagnostics, RunSummary
+from lit_bayes.data import LinearRegression
+
+PROJECTIONS = 2
+
+
+def data() -> LinearRegression:
+    """256 points, 3 covariates: a posterior with covariance about I / 257, batches of 32."""
+    return LinearRegression(num_train=256, num_val=32, num_test=32, batch_size=32)
+
+
+def sampler(**options) -> SGMCMC:
+    settings = dict(stepper="sgld", step_size=3e-3, num_chains=4, burn_in=50, seed=0)
+    settings.update(options)
+    return SGMCMC(nn.Linear(3, 1), Gaussian(1.0), **settings)
+
+
+def trainer(root, max_steps: int, callbacks, **options) -> L.Trainer:
+    settings = dict(
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    settings.update(options)
+    return L.Trainer(max_steps=max_steps, default_root_dir=root, callbacks=callbacks, **settings)
+
+
+def test_mixed_chains_have_rhat_near_one_and_reach_logger_and_summary(tmp_path):
+    diagnostics = ChainDiagnostics(num_projections=PROJECTIONS)
+    logger = CSVLogger(tmp_path, name="run")
+    fit = trainer(tmp_path, 450, [diagnostics, RunSummary()], logger=logger)
+    fit.fit(sampler(), datamodule=data())
+
+    traces = diagnostics.traces()
+    assert set(traces) == {"energy", "projection_0", "projection_1"}
+    assert all(trace.shape == (4, 400) for trace in traces.values())
+    metrics = diagnostics.summary_metrics()
+    assert metrics["diag/rhat_max"] < 1.05
+    assert metrics["diag/ess_bulk_min"] > 100
+    assert {"diag/rhat/energy", "diag/ess_tail/projection_1", "diag/iat/projection_0"} <= set(metrics)
+
+    summary = json.loads((tmp_path / "run" / "version_0" / "summary.json").read_text())
+    assert summary["metrics"]["diag/rhat_max"] == pytest.approx(metrics["diag/rhat_max"])
+    with open(tmp_path / "run" / "version_0" / "metrics.csv") as f:
+        logged = [row for row in csv.DictReader(f) if row.get("diag/rhat_max")]
+    assert float(logged[-1]["diag/rhat_max"]) == pytest.approx(metrics["diag/rhat_max"])
+
+
+def test_chains_started_far_apart_and_stopped_early_have_large_rhat(tmp_path):
+    diagnostics = ChainDiagnostics(num_projections=PROJECTIONS, every_n_steps=2)
+    model = sampler(init="prior", prior=GaussianPrior(100.0), step_size=1e-7, burn_in=0)
+    trainer(tmp_path, 40, [diagnostics]).fit(model, datamodule=data())
+
+    assert diagnostics.traces()["energy"].shape == (4, 20)
+    assert diagnostics.summary_metrics()["diag/rhat_max"] > 1.1
+
+
+def test_val_nlpd_is_recorded_once_per_validation_epoch_after_burn_in(tmp_path):
+    diagnostics = ChainDiagnostics(num_projections=1)
+    model = sampler(burn_in=16)
+    # 8 steps per epoch: validation after steps 8 (burn-in), 16 (burn-in), 24, 32, 40, 48
+    trainer(tmp_path, 48, [diagnostics], limit_val_batches=None).fit(model, datamodule=data())
+
+    val_nlpd = diagnostics.traces()["val_nlpd"]
+    assert val_nlpd.shape == (4, 4)
+    x, y = data().load()["val"]
+    with torch.no_grad():
+        params = model.chains.as_dict()
+        expected = -model.log_likelihood(params, model.outputs(params, x), y).mean(-1)
+    torch.testing.assert_close(val_nlpd[:, -1], expected.double())
+    assert "diag/rhat/val_nlpd" in diagnostics.summary_metrics()
+
+
+def test_traces_survive_a_checkpoint_and_a_resumed_run_appends(tmp_path):
+    first = ChainDiagnostics(num_projections=PROJECTIONS)
+    fit = trainer(tmp_path, 72, [first])  # 9 epochs of 8 steps, 22 after burn-in
+    model = sampler()
+    fit.fit(model, datamodule=data())
+    path = tmp_path / "mid.ckpt"
+    fit.save_checkpoint(path)
+    before = first.traces()
+    saved = torch.load(path, weights_only=True)["callbacks"]
+    assert any("ChainDiagnostics" in key for key in saved)
+
+    copy = ChainDiagnostics(num_projections=PROJECTIONS)
+    copy.load_state_dict(first.state_dict())
+    assert copy.traces().keys() == before.keys()
+    for name, trace in before.items():
+        assert torch.equal(copy.traces()[name], trace)
+
+    resumed = ChainDiagnostics(num_projections=PROJECTIONS)
+    trainer(tmp_path, 96, [resumed]).fit(sampler(), datamodule=data(), ckpt_path=path)
+    for name, trace in resumed.traces().items():
+        assert trace.shape == (4, 46)
+        assert torch.equal(trace[:, :22], before[name])
+
+
+def test_a_single_chain_reports_no_diagnostics():
+    diagnostics = ChainDiagnostics()
+    diagnostics.load_state_dict({"traces": {"energy": torch.randn(1, 50)}, "sample_steps": torch.tensor(50)})
+    assert diagnostics.summary_metrics() == {}
+
+
+def test_too_short_traces_report_nothing_until_four_draws():
+    diagnostics = ChainDiagnostics()
+    diagnostics.load_state_dict({"traces": {"energy": torch.randn(4, 3)}, "sample_steps": torch.tensor(3)})
+    assert diagnostics.summary_metrics() == {}
+
+
+@pytest.mark.parametrize(
+    "options, name",
+    [({"num_projections": 0}, "num_projections"), ({"every_n_steps": 1.5}, "every_n_steps"), ({"seed": "a"}, "seed")],
+)
+def test_bad_arguments_are_named(options, name):
+    with pytest.raises(ValueError, match=name):
+        ChainDiagnostics(**options)

@@ -1,0 +1,87 @@
+"""SGLD, pSGLD and SGHMC sample a correlated 2-D Gaussian (used without Lightning)."""
+import pytest
+import torch
+
+from lit_bayes.steppers import PSGLD, SGHMC, SGLD
+from tests.gaussian_targets import assert_matches_gaussian, correlated_gaussian
+
+CASES = {
+    "sgld": (SGLD, {"lr": 0.05}),
+    "psgld": (PSGLD, {"lr": 0.1, "alpha": 0.99, "eps_precond": 1e-3}),
+    "sghmc": (SGHMC, {"lr": 0.1, "friction": 2.0}),
+}
+
+
+def run_chains(stepper_cls, options, num_chains, steps, burn_in, seed=0):
+    mean, cov = correlated_gaussian()
+    precision = torch.linalg.inv(cov).float()
+    theta = torch.zeros(num_chains, 2, requires_grad=True)
+    stepper = stepper_cls([theta], generator=torch.Generator().manual_seed(seed), **options)
+    draws = []
+    for t in range(steps):
+        stepper.zero_grad()
+        centred = theta - mean.float()
+        energy = 0.5 * ((centred @ precision) * centred).sum()  # chains are independent
+        energy.backward()
+        stepper.step()
+        if t >= burn_in:
+            draws.append(theta.detach().clone())
+    return torch.stack(draws, dim=1), mean, cov
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("num_chains", [1, 8])
+def test_stepper_samples_correlated_gaussian(name, num_chains):
+    cls, options = CASES[name]
+    steps = {1: 20_000, 8: 10_000}[num_chains]
+    trace, mean, cov = run_chains(cls, options, num_chains, steps, burn_in=1_000)
+    assert_matches_gaussian(trace, mean, cov)
+
+
+def test_steppers_catch_wrong_noise_scale():
+    """The check is sharp enough to reject SGLD whose noise variance is off by a factor 2."""
+    class HalfNoiseSGLD(SGLD):
+        def noise_like(self, p):
+            return super().noise_like(p) / 2**0.5
+
+    trace, mean, cov = run_chains(HalfNoiseSGLD, CASES["sgld"][1], 8, 10_000, burn_in=1_000)
+    with pytest.raises(AssertionError, match="cov"):
+        assert_matches_gaussian(trace, mean, cov)
+
+
+def test_same_seed_same_chain():
+    a, _, _ = run_chains(SGHMC, CASES["sghmc"][1], 2, 50, burn_in=0, seed=3)
+    b, _, _ = run_chains(SGHMC, CASES["sghmc"][1], 2, 50, burn_in=0, seed=3)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: SGLD(p, lr=-1.0), "lr .*positive"),
+        (lambda p: SGLD(p, lr=0.0), "lr .*positive"),
+        (lambda p: PSGLD(p, lr=1e-3, alpha=1.0), "alpha must be in"),
+        (lambda p: PSGLD(p, lr=1e-3, eps_precond=0.0), "eps_precond must be > 0"),
+        (lambda p: SGHMC(p, lr=1e-3, friction=0.0), "friction must be > 0"),
+        (lambda p: SGHMC(p, lr=1e-3, noise_estimate=-1.0), "noise_estimate must be >= 0"),
+    ],
+)
+def test_bad_stepper_arguments(make, message):
+    with pytest.raises(ValueError, match=message):
+        make([torch.zeros(2, requires_grad=True)])
+
+
+def test_sghmc_rejects_unstable_friction_times_lr():
+    theta = torch.zeros(2, requires_grad=True)
+    stepper = SGHMC([theta], lr=0.5, friction=3.0)
+    theta.sum().backward()
+    with pytest.raises(ValueError, match="friction \\* lr must be < 1"):
+        stepper.step()
+
+
+def test_nan_gradient_is_a_clear_error():
+    theta = torch.zeros(2, requires_grad=True)
+    stepper = SGLD([theta], lr=1e-2)
+    (theta * float("nan")).sum().backward()
+    with pytest.raises(FloatingPointError, match="NaN or infinite.*step size"):
+        stepper.step()
