@@ -7,8 +7,11 @@
 Every run logs to a CSV logger (its directory ``<default_root_dir>/version_<n>`` holds
 ``summary.json``, plots and samples) and, unless ``--wandb false``, to Weights & Biases:
 offline when no W&B account is logged in (``wandb sync`` uploads the run later), online
-when one is. The sample-keeping, predictive, metric and summary callbacks are always on;
-their settings are the config sections ``samples``, ``predictive``, ``metrics``.
+when one is. The sample-keeping, predictive, metric, diagnostics, plot and summary
+callbacks are always on, and so is a ``ModelCheckpoint`` writing ``last.ckpt`` at every
+epoch end (resume with ``--ckpt_path``); their settings are the config sections
+``samples``, ``predictive``, ``metrics``, ``diagnostics``, ``plots``, ``summary`` and
+``checkpoint``.
 """
 from __future__ import annotations
 
@@ -16,10 +19,18 @@ import netrc
 import os
 
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
-from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, RunSummary, UncertaintyMetrics
+from lit_bayes.callbacks import (
+    ChainDiagnostics,
+    DiagnosticPlots,
+    PosteriorSamples,
+    PredictiveMarginal,
+    RunSummary,
+    UncertaintyMetrics,
+)
 from lit_bayes.samplers import SamplerModule
 
 __all__ = ["LitBayesCLI", "main", "wandb_logged_in"]
@@ -46,7 +57,11 @@ class LitBayesCLI(LightningCLI):
         parser.add_lightning_class_args(PosteriorSamples, "samples")
         parser.add_lightning_class_args(PredictiveMarginal, "predictive")
         parser.add_lightning_class_args(UncertaintyMetrics, "metrics")
+        parser.add_lightning_class_args(ChainDiagnostics, "diagnostics")
+        parser.add_lightning_class_args(DiagnosticPlots, "plots")
         parser.add_lightning_class_args(RunSummary, "summary")
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults({"checkpoint.save_last": True, "checkpoint.save_on_train_epoch_end": True})
 
     def instantiate_trainer(self, **kwargs):
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -66,9 +81,25 @@ class LitBayesCLI(LightningCLI):
             kwargs["logger"] = loggers
         return super().instantiate_trainer(**kwargs)
 
+    def finish_wandb(self) -> None:
+        """Close the W&B run so its files are complete when the command returns."""
+        for logger in self.trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.experiment.finish()
+
     def after_fit(self) -> None:
         if self.config.fit.test_after_fit and self.datamodule is not None:
             self.trainer.test(self.model, datamodule=self.datamodule)
+        self.finish_wandb()
+
+    def after_validate(self) -> None:
+        self.finish_wandb()
+
+    def after_test(self) -> None:
+        self.finish_wandb()
+
+    def after_predict(self) -> None:
+        self.finish_wandb()
 
 
 def main(args: list[str] | None = None) -> None:

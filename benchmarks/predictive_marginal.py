@@ -1,0 +1,255 @@
+"""Benchmark: vectorised ``marginal_predictive`` against a plain Python loop over samples.
+
+Setting (the issue's): MLP(784, 10, 10, 10, 10) with sigmoid activations, Categorical(10)
+likelihood, ``--samples`` parameter draws (default 1,000) and ``--points`` random inputs
+(default 10,000), float32. The reference path loops over samples: one
+``torch.func.functional_call`` forward over all points per sample, softmax, running sum,
+divided by S at the end. The vectorised paths call
+:func:`lit_bayes.predictive.marginal_predictive` with each ``--chunk-sizes`` value.
+
+Each path runs in its own subprocess (same inputs, same seed, same thread count), so the
+peak memory of one path cannot hide in another's. Peak memory is measured as:
+  * CPU: the rise of the process's peak resident set size (VmHWM) over its resident size
+    just before the timed call; the peak is reset first through /proc/self/clear_refs
+    (Linux). Where that is not allowed, the rise of ``ru_maxrss`` over its value before the
+    call (an under-estimate if setup peaked higher). The method used is printed.
+  * CUDA: ``torch.cuda.max_memory_allocated`` minus the allocation before the call
+    (after ``reset_peak_memory_stats``).
+Each path is warmed up on a small slice first; wall time is one timed call (``--repeats``
+takes the minimum of several). Times are ratios within this run only; nothing asserts on them.
+
+Run from the repository root:  python benchmarks/predictive_marginal.py [--device cpu|cuda]
+The last line printed is one JSON object with every figure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TOLERANCE = 1e-6
+WIDTHS = [784, 10, 10, 10, 10]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    import torch  # noqa: F401  (only to pick the default device)
+
+    default_device = "cuda" if torch.cuda.is_available() else "cpu"
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default=default_device, choices=["cpu", "cuda"])
+    parser.add_argument("--samples", type=int, default=1000, help="number of parameter samples S")
+    parser.add_argument("--points", type=int, default=10_000, help="number of input points")
+    parser.add_argument("--chunk-sizes", default="100,1000", help="comma-separated chunk sizes of the vectorised path")
+    parser.add_argument("--repeats", type=int, default=1, help="timed calls per path (the minimum is reported)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.samples < 1 or args.points < 1 or args.repeats < 1:
+        parser.error("--samples, --points and --repeats must be positive")
+    args.chunks = [int(c) for c in args.chunk_sizes.split(",") if c.strip()]
+    if not args.chunks or min(args.chunks) < 1:
+        parser.error("--chunk-sizes must list positive integers")
+    return args
+
+
+# ---------------------------------------------------------------------- worker side
+def build(args):
+    import torch
+
+    from lit_bayes import SGMCMC, Categorical, GaussianPrior
+    from lit_bayes.models import MLP
+
+    device = torch.device(args.device)
+    sampler = SGMCMC(MLP(WIDTHS, activation="sigmoid"), Categorical(WIDTHS[-1]), num_data=args.points).to(device)
+    template = {n: p.detach() for n, p in sampler.template_parameters().items()}
+    stacked = {n: p.unsqueeze(0).expand(args.samples, *p.shape) for n, p in template.items()}
+    generator = torch.Generator().manual_seed(args.seed)
+    samples = {n: p.to(device) for n, p in GaussianPrior(1.0).sample(stacked, generator).items()}
+    x = torch.rand(args.points, WIDTHS[0], generator=generator).to(device)
+    return sampler, samples, x
+
+
+def loop_path(sampler, samples, x):
+    """Reference: one forward per sample, softmax, running average of probabilities."""
+    import torch
+    from torch.func import functional_call
+
+    net, _ = sampler.split_parameters(samples)
+    num = next(iter(net.values())).shape[0]
+    total = None
+    with torch.no_grad():
+        for s in range(num):
+            probs = torch.softmax(functional_call(sampler.model, {n: p[s] for n, p in net.items()}, (x,)), dim=-1)
+            total = probs if total is None else total + probs
+    return total / num
+
+
+def vectorised_path(sampler, samples, x, chunk_size):
+    from lit_bayes.predictive import marginal_predictive, uniform_log_weights
+
+    num = next(iter(samples.values())).shape[0]
+    return marginal_predictive(sampler, samples, uniform_log_weights(num, x.device), x, chunk_size=chunk_size).probs
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+class PeakMemory:
+    """Peak extra memory of the code run between ``start`` and ``stop`` (see module docstring)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.method = None
+
+    def start(self):
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+            self.method = "cuda max_memory_allocated - allocated before"
+            return
+        try:
+            Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+            self.base = _status_kib("VmRSS") * 1024
+            self.method = "VmHWM (reset via clear_refs) - VmRSS before"
+        except OSError:
+            self.base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            self.method = "ru_maxrss after - ru_maxrss before"
+
+    def stop(self) -> int:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            return torch.cuda.max_memory_allocated() - self.base
+        if self.method.startswith("VmHWM"):
+            return _status_kib("VmHWM") * 1024 - self.base
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - self.base
+
+
+def worker(args) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    sampler, samples, x = build(args)
+    if args.worker == "loop":
+        run = lambda s, xx: loop_path(sampler, s, xx)  # noqa: E731
+    else:
+        chunk = int(args.worker.split("=")[1])
+        run = lambda s, xx: vectorised_path(sampler, s, xx, chunk)  # noqa: E731
+
+    def sync():
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    # warm-up on a small slice (allocator, kernels, vmap tracing)
+    run({n: p[: min(4, args.samples)] for n, p in samples.items()}, x[:64])
+    sync()
+    memory = PeakMemory(x.device)
+    memory.start()
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        probs = run(samples, x)
+        sync()
+        times.append(time.perf_counter() - start)
+    peak = memory.stop()
+    save_file({"probs": probs.float().cpu().contiguous()}, args.out)
+    print(json.dumps({"seconds": min(times), "peak_bytes": peak, "method": memory.method,
+                      "threads": torch.get_num_threads()}))
+
+
+# ---------------------------------------------------------------------- driver side
+def run_path(args, name: str, out: Path) -> dict:
+    command = [
+        sys.executable, os.path.abspath(__file__), "--worker", name, "--out", str(out),
+        "--device", args.device, "--samples", str(args.samples), "--points", str(args.points),
+        "--repeats", str(args.repeats), "--seed", str(args.seed),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout + done.stderr)
+        raise SystemExit(f"path {name} failed with exit code {done.returncode}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    args = parse_args()
+    if args.worker is not None:
+        worker(args)
+        return 0
+
+    import platform
+
+    import torch
+    from safetensors.torch import load_file
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda asked for, but CUDA is not available")
+    names = ["loop"] + [f"chunk={c}" for c in args.chunks]
+    results, probs = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            out = Path(tmp) / f"{name.replace('=', '_')}.safetensors"
+            results[name] = run_path(args, name, out)
+            probs[name] = load_file(str(out))["probs"]
+
+    reference = probs["loop"]
+    loop_s = results["loop"]["seconds"]
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else (platform.processor() or platform.machine())
+    print(f"predictive_marginal: MLP{tuple(WIDTHS)} sigmoid, {args.samples} samples x {args.points} points, "
+          f"float32, device={args.device} ({device_name}), torch threads={results['loop']['threads']}, "
+          f"os.cpu_count()={os.cpu_count()}")
+    print(f"peak memory = extra memory at the path's peak: {results['loop']['method']}")
+    one = {c: min(c, args.samples) * args.points * WIDTHS[-1] * 4 / 2**20 for c in args.chunks}
+    print("for scale, one (chunk x points x 10) float32 activation: "
+          + ", ".join(f"chunk={c}: {mib:.1f} MiB" for c, mib in one.items())
+          + f"; the loop's per-sample (points x 10) activation: {args.points * WIDTHS[-1] * 4 / 2**20:.2f} MiB")
+    header = f"{'path':<32}{'seconds':>10}{'speed-up':>10}{'peak MiB':>11}{'max |dp|':>12}"
+    print(header)
+    print("-" * len(header))
+    figures = {"benchmark": "predictive_marginal", "device": args.device, "samples": args.samples,
+               "points": args.points, "widths": WIDTHS, "threads": results["loop"]["threads"],
+               "memory_method": results["loop"]["method"], "loop_s": round(loop_s, 4),
+               "loop_peak_mib": round(results["loop"]["peak_bytes"] / 2**20, 1)}
+    max_diff = 0.0
+    for name in names:
+        seconds = results[name]["seconds"]
+        diff = float((probs[name] - reference).abs().max())
+        max_diff = max(max_diff, diff)
+        label = "python loop over samples" if name == "loop" else f"marginal_predictive {name}"
+        print(f"{label:<32}{seconds:>10.3f}{loop_s / seconds:>9.2f}x{results[name]['peak_bytes'] / 2**20:>11.1f}"
+              f"{diff:>12.2e}")
+        if name != "loop":
+            key = f"vectorised_c{name.split('=')[1]}"
+            figures[f"{key}_s"] = round(seconds, 4)
+            figures[f"{key}_speedup"] = round(loop_s / seconds, 3)
+            figures[f"{key}_peak_mib"] = round(results[name]["peak_bytes"] / 2**20, 1)
+            figures[f"{key}_max_abs_diff"] = diff
+    best = min((n for n in names if n != "loop"), key=lambda n: results[n]["seconds"])
+    figures["vectorised_s"] = round(results[best]["seconds"], 4)
+    figures["vectorised_best_chunk"] = int(best.split("=")[1])
+    figures["speedup"] = round(loop_s / results[best]["seconds"], 3)
+    figures["max_abs_diff"] = max_diff
+    figures["within_tolerance"] = max_diff <= TOLERANCE
+    print(f"max abs difference of probabilities vs loop: {max_diff:.2e} "
+          f"({'OK' if max_diff <= TOLERANCE else 'ABOVE'} tolerance {TOLERANCE:g})")
+    print(json.dumps(figures))
+    return 0 if max_diff <= TOLERANCE else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

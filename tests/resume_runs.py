@@ -1,0 +1,57 @@
+"""Runs shared by the resume and kill tests: a small SGMCMC fit with a disk or memory store.
+
+Executed in-process by the tests, or as ``python -m tests.resume_runs ...`` in a child
+process that the kill test terminates with SIGKILL.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+from lit_bayes import SGMCMC, Gaussian, GaussianPrior
+from lit_bayes.callbacks import PosteriorSamples
+from lit_bayes.data import SyntheticRegression
+from lit_bayes.models import MLP
+
+
+class KillAtStep(Callback):
+    """Sends SIGKILL to its own process after the given training step."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fit(root, epochs, stepper="sghmc", store="disk", ckpt_path=None, kill_at=None, shard_size=3):
+    torch.set_num_threads(1)
+    data = SyntheticRegression(num_train=40, num_val=10, num_test=10, batch_size=10, seed=3)
+    sampler = SGMCMC(
+        MLP([1, 8, 1], "tanh"), Gaussian(1.0), GaussianPrior(1.0), stepper=stepper, step_size=1e-3,
+        num_chains=3, burn_in=2, thinning=2, seed=5,
+    )
+    samples = PosteriorSamples(mode=store, directory=os.path.join(root, "samples"), shard_size=shard_size)
+    callbacks = [samples, ModelCheckpoint(dirpath=os.path.join(root, "ckpt"), save_last=True,
+                                          save_on_train_epoch_end=True, every_n_epochs=1)]
+    if kill_at is not None:
+        callbacks.append(KillAtStep(kill_at))
+    trainer = L.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, callbacks=callbacks, default_root_dir=root)
+    trainer.fit(sampler, datamodule=data, ckpt_path=ckpt_path)
+    return sampler, samples
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root")
+    parser.add_argument("--epochs", type=int, required=True)
+    parser.add_argument("--kill-at", type=int)
+    args = parser.parse_args()
+    fit(args.root, args.epochs, kill_at=args.kill_at)
