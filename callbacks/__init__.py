@@ -1,16 +1,20 @@
 """Lightning callbacks of lit_bayes (installed as ``lit_bayes.callbacks``)."""
+from lit_bayes.callbacks.acceptance_monitor import AcceptanceMonitor
 from lit_bayes.callbacks.chain_diagnostics import ChainDiagnostics
 from lit_bayes.callbacks.plots import DiagnosticPlots
 from lit_bayes.callbacks.posterior_samples import PosteriorSamples
 from lit_bayes.callbacks.predictive_marginal import PredictiveMarginal
 from lit_bayes.callbacks.run_summary import RunSummary
+from lit_bayes.callbacks.sample_store import read_disk_store
 from lit_bayes.callbacks.uncertainty_metrics import UncertaintyMetrics
 
 __all__ = [
+    "AcceptanceMonitor",
     "ChainDiagnostics",
     "DiagnosticPlots",
     "PosteriorSamples",
     "PredictiveMarginal",
     "RunSummary",
     "UncertaintyMetrics",
+    "read_disk_store",
 ]

@@ -53,7 +53,11 @@ class PosteriorSamples(Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.mode == "disk" and self.directory is None:
             self.store.directory = Path(trainer.log_dir or trainer.default_root_dir) / "samples"
-        if self.mode == "memory" and pl_module.chains is not None:
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Refuse, before the first step, a memory store that would outgrow ``max_bytes``
+        (the chains exist only once the module's own ``setup`` has run)."""
+        if self.mode == "memory":
             chains, params = pl_module.chains.flat().shape
             need = self.store.max_draws * chains * params * 4
             if need > self.max_bytes:

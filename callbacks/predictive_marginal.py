@@ -31,6 +31,7 @@ class PredictiveMarginal(Callback):
 
     def _batch(self, trainer, pl_module, stage: str, batch) -> None:
         x, y = batch
+        pl_module.likelihood.check_target(y, f"{stage} targets")
         samples, log_weights = self._samples
         predictive = marginal_predictive(
             pl_module, samples, log_weights, x, y, chunk_size=self.chunk_size, keep_per_sample=self.keep_per_sample

@@ -132,7 +132,8 @@ class DiskStore:
 
 
 def read_disk_store(directory: str | os.PathLike) -> Tensor:
-    """All complete shards of a disk store, ``(draws, chains, P)``; safe while a run writes."""
+    """All complete shards of a disk store as ``(chains, draws, P)`` flat parameter
+    vectors (the layout of :meth:`PosteriorSamples.trace`); safe while a run writes."""
     directory = Path(directory)
     index_path = directory / INDEX
     if not index_path.exists():
@@ -140,4 +141,4 @@ def read_disk_store(directory: str | os.PathLike) -> Tensor:
     shards = json.loads(index_path.read_text())["shards"]
     if not shards:
         raise ValueError(f"the sample store at {directory} holds no complete shard yet")
-    return torch.cat([load_file(str(directory / s["file"]))["draws"] for s in shards])
+    return torch.cat([load_file(str(directory / s["file"]))["draws"] for s in shards]).transpose(0, 1)

@@ -63,6 +63,12 @@ class LitBayesCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults({"checkpoint.save_last": True, "checkpoint.save_on_train_epoch_end": True})
 
+    def before_instantiate_classes(self) -> None:
+        """Checkpoints hold tensors and plain values only: load them with ``weights_only``."""
+        config = self.config.get(self.subcommand) if self.subcommand else self.config
+        if config is not None and "weights_only" in config and config.weights_only is None:
+            config.weights_only = True
+
     def instantiate_trainer(self, **kwargs):
         config = self.config[self.subcommand] if self.subcommand else self.config
         if config.trainer.logger in (None, True):

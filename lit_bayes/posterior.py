@@ -55,8 +55,19 @@ class Likelihood(nn.Module):
 
     task: Literal["classification", "regression"]
 
+    @staticmethod
+    def check_shapes(output: Tensor, target: Tensor) -> None:
+        """Targets are one value per point: shape ``(B,)`` for outputs ``(..., B, k)``."""
+        if target.shape != output.shape[-2:-1]:
+            raise ValueError(
+                f"target has shape {tuple(target.shape)}, expected ({output.shape[-2]},): one value per point "
+                f"of the output of shape {tuple(output.shape)}"
+            )
+
     def check_target(self, target: Tensor, name: str = "target") -> None:
         """Raise ``ValueError`` naming ``name`` if ``target`` is not valid for this likelihood."""
+        if target.dim() != 1:
+            raise ValueError(f"{name} must have shape (B,), one value per point, got {tuple(target.shape)}")
         if not torch.is_floating_point(target) and self.task == "regression":
             raise ValueError(f"{name} must be a floating-point tensor for {type(self).__name__}, got {target.dtype}")
         if torch.is_floating_point(target) and not torch.isfinite(target).all():
@@ -75,6 +86,7 @@ class Categorical(Likelihood):
         self.num_classes = num_classes
 
     def check_target(self, target: Tensor, name: str = "target") -> None:
+        super().check_target(target, name)
         if torch.is_floating_point(target) or target.dtype == torch.bool:
             raise ValueError(f"{name} must hold integer class labels, got dtype {target.dtype}")
         if target.numel() and (target.min() < 0 or target.max() >= self.num_classes):
@@ -90,6 +102,7 @@ class Categorical(Likelihood):
         return F.log_softmax(output, dim=-1)
 
     def forward(self, output: Tensor, target: Tensor) -> Tensor:
+        self.check_shapes(output, target)
         log_p = self.class_log_probs(output)
         index = target.long().expand(log_p.shape[:-1]).unsqueeze(-1)
         return log_p.gather(-1, index).squeeze(-1)
@@ -104,6 +117,7 @@ class Bernoulli(Likelihood):
     def check_target(self, target: Tensor, name: str = "target") -> None:
         if target.numel() and not ((target == 0) | (target == 1)).all():
             raise ValueError(f"{name} must hold binary labels 0 or 1 for Bernoulli")
+        super().check_target(target, name)
 
     @staticmethod
     def _logit(output: Tensor) -> Tensor:
@@ -117,6 +131,7 @@ class Bernoulli(Likelihood):
         return torch.stack([F.logsigmoid(-f), F.logsigmoid(f)], dim=-1)
 
     def forward(self, output: Tensor, target: Tensor) -> Tensor:
+        self.check_shapes(output, target)
         f = self._logit(output)
         return target.to(f.dtype) * f - F.softplus(f)
 
@@ -132,8 +147,8 @@ class Gaussian(Likelihood):
 
     def __init__(self, noise_std: float = 1.0, learn_noise: bool = False) -> None:
         super().__init__()
-        if not noise_std > 0:
-            raise ValueError(f"noise_std must be > 0, got {noise_std!r}")
+        if not (noise_std > 0 and math.isfinite(noise_std)):
+            raise ValueError(f"noise_std must be a finite number > 0, got {noise_std!r}")
         log_std = torch.tensor(math.log(noise_std))
         if learn_noise:
             self.log_noise_std = nn.Parameter(log_std)
@@ -153,6 +168,7 @@ class Gaussian(Likelihood):
         return mean, var.reshape(var.shape + (1,) * (mean.dim() - var.dim())).expand_as(mean)
 
     def forward(self, output: Tensor, target: Tensor) -> Tensor:
+        self.check_shapes(output, target)
         mean, var = self.mean_and_variance(output)
         return -0.5 * ((target.to(mean.dtype) - mean) ** 2 / var + torch.log(var) + _LOG_2PI)
 
@@ -169,11 +185,11 @@ class GaussianPrior(nn.Module):
 
     def __init__(self, variance: float = 1.0, group_variances: Mapping[str, float] | None = None) -> None:
         super().__init__()
-        if not variance > 0:
-            raise ValueError(f"prior variance must be > 0, got {variance!r}")
+        if not (variance > 0 and math.isfinite(variance)):
+            raise ValueError(f"prior variance must be a finite number > 0, got {variance!r}")
         for pattern, v in (group_variances or {}).items():
-            if not v > 0:
-                raise ValueError(f"group_variances[{pattern!r}] must be > 0, got {v!r}")
+            if not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"group_variances[{pattern!r}] must be a finite number > 0, got {v!r}")
         self.variance = float(variance)
         self.group_variances = dict(group_variances or {})
 
@@ -225,10 +241,10 @@ class Posterior:
         temperature: float = 1.0,
         minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",
     ) -> None:
-        if num_data is not None and (not isinstance(num_data, int) or num_data < 1):
+        if num_data is not None and (not isinstance(num_data, int) or isinstance(num_data, bool) or num_data < 1):
             raise ValueError(f"num_data must be a positive integer, got {num_data!r}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if not (temperature > 0 and math.isfinite(temperature)):
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         if minibatch_scaling not in ("rescaled", "sum"):
             raise ValueError(f"minibatch_scaling must be 'rescaled' or 'sum', got {minibatch_scaling!r}")
         self.likelihood = likelihood

@@ -82,6 +82,10 @@ def marginal_predictive(
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
+    log_norm = torch.logsumexp(log_weights.double(), 0)
+    total = float(log_norm)
+    if abs(total) > 1e-4:
+        raise ValueError(f"log_weights must be normalised (logsumexp 0), got logsumexp {total:.3g}")
     num = log_weights.shape[0]
     classification = sampler.likelihood.task == "classification"
     acc_log = None  # running log sum_s w_s p_s  (B, C) or log-lik of targets (B,)
@@ -107,22 +111,27 @@ def marginal_predictive(
         else:
             _, lik = sampler.split_parameters(chunk)
             mean, var = sampler.likelihood.mean_and_variance(out, **lik)
-            w = lw.exp()[:, None]
+            if keep_per_sample:
+                per_sample.append(mean)
+            # float64 moments with exactly normalised weights: E[var + m^2] - E[m]^2 cancels
+            # badly for large means (a 1e-7 weight error times m^2 = 1e6 is 0.1)
+            dtype = mean.dtype
+            w = (lw.double() - log_norm.to(lw.device)).exp()[:, None]
+            mean, var = mean.double(), var.double()
             m1, m2 = (w * mean).sum(0), (w * (var + mean**2)).sum(0)
             acc_mean = m1 if acc_mean is None else acc_mean + m1
             acc_second = m2 if acc_second is None else acc_second + m2
-            if keep_per_sample:
-                per_sample.append(mean)
     result = Predictive(log_prob_target=acc_target)
     if classification:
+        acc_log = acc_log - acc_log.logsumexp(-1, keepdim=True)  # exact sum to 1 despite rounding
         entropy = -(acc_log.exp() * acc_log).sum(-1)
         result.log_probs = acc_log
         result.entropy = entropy
         result.mutual_information = (entropy - acc_sample_entropy).clamp_min(0.0)
         result.sample_log_probs = torch.cat(per_sample) if keep_per_sample else None
     else:
-        result.mean = acc_mean
-        result.variance = (acc_second - acc_mean**2).clamp_min(0.0)
+        result.mean = acc_mean.to(dtype)
+        result.variance = (acc_second - acc_mean**2).clamp_min(0.0).to(dtype)
         result.sample_means = torch.cat(per_sample) if keep_per_sample else None
     return result
 

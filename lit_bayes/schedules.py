@@ -26,8 +26,8 @@ class StepSizeSchedule:
         decay_power: float = 0.55,
         cycle_length: int = 1000,
     ) -> None:
-        if not isinstance(step_size, (int, float)) or not step_size > 0:
-            raise ValueError(f"step_size must be a positive number, got {step_size!r}")
+        if not isinstance(step_size, (int, float)) or not (step_size > 0 and math.isfinite(step_size)):
+            raise ValueError(f"step_size must be a finite positive number, got {step_size!r}")
         if kind not in ("constant", "polynomial", "cyclical"):
             raise ValueError(f"schedule must be 'constant', 'polynomial' or 'cyclical', got {kind!r}")
         if not decay_steps > 0:

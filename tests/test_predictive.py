@@ -171,13 +171,6 @@ def test_regression_mixture_equals_loop(chunk_size, weighting, learn_noise):
     torch.testing.assert_close(got.sample_means, outputs, rtol=0, atol=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug (predictive.py marginal_predictive, regression branch): the mixture variance is "
-    "E[var + mean^2] - E[mean]^2 accumulated in float32, which cancels catastrophically when predictive "
-    "means are large relative to their spread (targets in raw units, ~1e3 here: the variance comes out "
-    "quantised to multiples of 1/16)",
-)
 def test_regression_mixture_variance_is_stable_for_large_means():
     sampler = SGMCMC(nn.Linear(1, 1), Gaussian(noise_std=0.1), num_data=10)
     g = torch.Generator().manual_seed(0)
@@ -314,13 +307,6 @@ def test_per_sample_ece_by_hand():
     assert logged["test/ece_per_sample"] == pytest.approx(HAND_PER_SAMPLE_ECE, abs=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug (predictive.py marginal_predictive / callbacks/uncertainty_metrics.py): log p_bar is "
-    "a logsumexp of float32 log(1/S) + log p and can round above 0 (p_bar = 1 + 1.2e-7 with S=7); "
-    "torchmetrics' MulticlassCalibrationError then treats the whole batch as logits and softmaxes it, "
-    "so a confident, correct model gets ECE 0.27 instead of 0",
-)
 def test_confident_predictions_keep_probabilities_at_most_one_and_ece_zero():
     sampler = SGMCMC(nn.Linear(1, 2), Categorical(2), num_data=10)
     samples = {"net.weight": torch.zeros(7, 2, 1), "net.bias": torch.tensor([[30.0, 0.0]]).repeat(7, 1)}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from callbacks.sample_store import read_disk_store
+from lit_bayes.callbacks.sample_store import read_disk_store
 from tests.resume_runs import fit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def test_sigkill_keeps_shards_and_resume_has_no_gap_or_duplicate(tmp_path):
     assert child.returncode == -9, child.stderr[-2000:]
     index = json.loads((run / "samples" / "index.json").read_text())
     kept = read_disk_store(run / "samples")  # every listed shard is complete and readable
-    assert kept.shape[0] == sum(s["draws"] for s in index["shards"])
+    assert kept.shape[1] == sum(s["draws"] for s in index["shards"])
     assert not list((run / "samples").glob("*.tmp"))
     ckpt = run / "ckpt" / "last.ckpt"
     resumed, resumed_samples = fit(str(run), 6, ckpt_path=str(ckpt) if ckpt.exists() else None)

@@ -89,8 +89,8 @@ class SamplerModule(L.LightningModule):
         self.chains: ChainState | None = None
         self.generator: torch.Generator | None = None
         self._pending_generator_state: Tensor | None = None
-        self._checked_batch = False
         self.predict_chunk_size = 256
+        self._predict_samples: tuple[dict[str, Tensor], Tensor] | None = None
 
     # ------------------------------------------------------------------ state
     def template_parameters(self) -> dict[str, Tensor]:
@@ -193,17 +193,16 @@ class SamplerModule(L.LightningModule):
         return self.posterior.energy(log_lik, self.prior(params))
 
     def check_batch(self, batch: Any) -> tuple[Tensor, Tensor]:
-        """Unpack ``(x, y)`` and, on the first batch, validate it against the likelihood."""
+        """Unpack ``(x, y)`` and validate it against the likelihood (every batch: a bad
+        value is reported as bad data, not later as a diverging chain)."""
         if not isinstance(batch, (tuple, list)) or len(batch) != 2:
             raise ValueError("batch must be a pair (inputs, targets)")
         x, y = batch
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"batch inputs have {x.shape[0]} rows but targets have {y.shape[0]}")
-        if not self._checked_batch:
-            if torch.is_floating_point(x) and not torch.isfinite(x).all():
-                raise ValueError("batch inputs contain NaN or infinite values")
-            self.likelihood.check_target(y, "batch targets")
-            self._checked_batch = True
+        if torch.is_floating_point(x) and not torch.isfinite(x).all():
+            raise ValueError("batch inputs contain NaN or infinite values")
+        self.likelihood.check_target(y, "batch targets")
         return x, y
 
     def check_energy(self, energy: Tensor) -> None:
@@ -226,11 +225,17 @@ class SamplerModule(L.LightningModule):
         their normalised log-weights (uniform over chains)."""
         return self.chains.snapshot(), uniform_log_weights(self.num_chains, self.device)
 
+    def on_predict_epoch_start(self) -> None:
+        self._predict_samples = posterior_samples(self._trainer, self)
+
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Predictive:
         """The posterior predictive of the batch's inputs over the kept samples."""
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
-        samples, log_weights = posterior_samples(self._trainer, self)
+        samples, log_weights = self._predict_samples
         return marginal_predictive(self, samples, log_weights, x, chunk_size=self.predict_chunk_size)
+
+    def on_predict_epoch_end(self) -> None:
+        self._predict_samples = None
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Evaluation is done by the predictive callbacks on the kept samples."""

@@ -61,6 +61,8 @@ class SGMCMC(SamplerModule):
         self.stepper_name = stepper
         self.stepper_options = dict(stepper_options or {})
         self.schedule = StepSizeSchedule(step_size, schedule, **(schedule_options or {}))
+        # validate the stepper's options now rather than at the first step
+        STEPPERS[stepper]([torch.zeros(1, requires_grad=True)], lr=step_size, **self.stepper_options)
         self.automatic_optimization = False
 
     def configure_optimizers(self):

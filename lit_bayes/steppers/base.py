@@ -1,6 +1,7 @@
 """Common base of the stochastic-gradient MCMC steppers."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -21,8 +22,8 @@ class NoisyStepper(Optimizer):
 
     def __init__(self, params: Iterable, defaults: dict, generator: torch.Generator | None = None) -> None:
         lr = defaults.get("lr")
-        if not isinstance(lr, (int, float)) or not lr > 0:
-            raise ValueError(f"lr (the step size) must be a positive number, got {lr!r}")
+        if not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
+            raise ValueError(f"lr (the step size) must be a finite positive number, got {lr!r}")
         super().__init__(params, defaults)
         self.generator = generator
 

@@ -1,0 +1,132 @@
+"""Hamiltonian Monte Carlo and MALA with Metropolis correction, batched over chains.
+
+Every parameter tensor has the chain as its leading dimension; each chain has its own
+step size, momentum and accept/reject decision. Leapfrog integration (Neal 2011, Eq. 5.18-5.20):
+
+    p <- p - (eps/2) grad U(theta);  L times: theta <- theta + eps p, p <- p - eps grad U(theta)
+    (the last momentum update is a half step), then accept with probability
+    min(1, exp(H(theta, p) - H(theta', p'))),  H = U + |p|^2 / 2.
+
+MALA is HMC with one leapfrog step (Roberts & Tweedie 1996). During the first
+``adapt_steps`` steps the step size follows dual averaging (Hoffman & Gelman 2014,
+Algorithm 5) towards ``target_accept``; afterwards it is frozen at the averaged value, so
+the kept chain is a valid MH chain. A NaN or infinite proposal energy is a rejection.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import Tensor
+
+from lit_bayes.steppers.base import NoisyStepper
+
+__all__ = ["HMCStepper"]
+
+# Dual-averaging constants of Hoffman & Gelman (2014), Section 3.2.1.
+_GAMMA, _T0, _KAPPA = 0.05, 10.0, 0.75
+
+
+def _per_chain_sum(tensors: list[Tensor]) -> Tensor:
+    return sum(t.reshape(t.shape[0], -1).sum(1) for t in tensors)
+
+
+def _expand(per_chain: Tensor, like: Tensor) -> Tensor:
+    return per_chain.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+class HMCStepper(NoisyStepper):
+    """One HMC transition per ``step(closure)`` for every chain.
+
+    ``closure()`` must zero the gradients, evaluate the per-chain energies ``(C,)`` at the
+    current parameters, back-propagate their sum and return them. ``lr`` is the initial
+    leapfrog step size eps, ``num_leapfrog`` is L.
+    """
+
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float,
+        num_leapfrog: int = 10,
+        target_accept: float = 0.65,
+        adapt_steps: int = 0,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if not isinstance(num_leapfrog, int) or num_leapfrog < 1:
+            raise ValueError(f"num_leapfrog must be a positive integer, got {num_leapfrog!r}")
+        if not 0.0 < target_accept < 1.0:
+            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}")
+        if not isinstance(adapt_steps, int) or adapt_steps < 0:
+            raise ValueError(f"adapt_steps must be a non-negative integer, got {adapt_steps!r}")
+        defaults = {"lr": lr, "num_leapfrog": num_leapfrog, "target_accept": target_accept, "adapt_steps": adapt_steps}
+        super().__init__(params, defaults, generator)
+        if len(self.param_groups) != 1:
+            raise ValueError("HMCStepper takes one parameter group (all chains move together)")
+
+    def _state(self, params: list[Tensor]) -> dict:
+        state = self.state[params[0]]
+        if "log_step" not in state:
+            chains = params[0].shape[0]
+            log_eps = torch.full((chains,), math.log(self.param_groups[0]["lr"]), device=params[0].device)
+            state.update(
+                log_step=log_eps.clone(), log_step_avg=log_eps.clone(), h_avg=torch.zeros_like(log_eps),
+                mu=log_eps + math.log(10.0), step=torch.zeros((), dtype=torch.long),
+                accepted=torch.zeros_like(log_eps), proposed=torch.zeros((), dtype=torch.long),
+            )
+        return state
+
+    def step_sizes(self) -> Tensor:
+        """Current per-chain step sizes."""
+        return self._state(self.param_groups[0]["params"])["log_step"].exp()
+
+    def acceptance(self) -> tuple[Tensor, int]:
+        """Accepted proposals per chain ``(C,)`` and the number of proposals made."""
+        state = self._state(self.param_groups[0]["params"])
+        return state["accepted"], int(state["proposed"])
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Tensor]) -> Tensor:  # type: ignore[override]
+        group = self.param_groups[0]
+        params = group["params"]
+        state = self._state(params)
+        with torch.enable_grad():
+            energy0 = closure().detach()
+        start = [p.detach().clone() for p in params]
+        eps = state["log_step"].exp()
+        momentum = [self.noise_like(p) for p in params]
+        kinetic0 = 0.5 * _per_chain_sum([m * m for m in momentum])
+        for m, p in zip(momentum, params):
+            m.sub_(_expand(eps / 2, p) * torch.nan_to_num(p.grad))
+        for leap in range(group["num_leapfrog"]):
+            for m, p in zip(momentum, params):
+                p.add_(_expand(eps, p) * m)
+            with torch.enable_grad():
+                energy1 = closure().detach()
+            scale = eps / 2 if leap == group["num_leapfrog"] - 1 else eps
+            for m, p in zip(momentum, params):
+                m.sub_(_expand(scale, p) * torch.nan_to_num(p.grad))
+        kinetic1 = 0.5 * _per_chain_sum([m * m for m in momentum])
+        log_ratio = torch.nan_to_num(energy0 + kinetic0 - energy1 - kinetic1, nan=-math.inf)
+        log_u = torch.rand(log_ratio.shape, generator=self.generator, device=log_ratio.device).log()
+        accept = log_u < log_ratio
+        for p, p0 in zip(params, start):
+            p.copy_(torch.where(_expand(accept, p), p, p0))
+        state["accepted"] += accept.to(state["accepted"].dtype)
+        state["proposed"] += 1
+        state["step"] += 1
+        if int(state["step"]) <= group["adapt_steps"]:
+            self._adapt(state, log_ratio.clamp(max=0.0).exp(), group["target_accept"])
+        elif int(state["step"]) == group["adapt_steps"] + 1 and group["adapt_steps"] > 0:
+            state["log_step"] = state["log_step_avg"].clone()
+        return torch.where(accept, energy1, energy0)
+
+    @staticmethod
+    def _adapt(state: dict, accept_prob: Tensor, target: float) -> None:
+        """One dual-averaging update of the per-chain log step sizes (Algorithm 5)."""
+        t = float(state["step"])
+        w = 1.0 / (t + _T0)
+        state["h_avg"] = (1 - w) * state["h_avg"] + w * (target - accept_prob)
+        state["log_step"] = state["mu"] - math.sqrt(t) / _GAMMA * state["h_avg"]
+        eta = t ** (-_KAPPA)
+        state["log_step_avg"] = eta * state["log_step"] + (1 - eta) * state["log_step_avg"]

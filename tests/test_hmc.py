@@ -1,0 +1,77 @@
+"""HMC and MALA: exact on a 2-D Gaussian and on conjugate linear regression; acceptance rates."""
+import lightning as L
+import pytest
+import torch
+from torch import nn
+
+from lit_bayes import HMC, MALA, Gaussian, GaussianPrior
+from lit_bayes.callbacks import AcceptanceMonitor, PosteriorSamples
+from lit_bayes.data import LinearRegression
+from lit_bayes.steppers.hmc import HMCStepper
+from tests.gaussian_targets import assert_matches_gaussian, conjugate_linear_regression, correlated_gaussian
+
+
+def run_stepper(num_leapfrog, lr, steps, adapt_steps=0, num_chains=8, energy_fn=None):
+    mean, cov = correlated_gaussian()
+    precision = torch.linalg.inv(cov).float()
+    theta = torch.zeros(num_chains, 2, requires_grad=True)
+    stepper = HMCStepper([theta], lr=lr, num_leapfrog=num_leapfrog, adapt_steps=adapt_steps,
+                         generator=torch.Generator().manual_seed(0))
+
+    def closure():
+        stepper.zero_grad()
+        centred = theta - mean.float()
+        energy = energy_fn(theta) if energy_fn else 0.5 * ((centred @ precision) * centred).sum(1)
+        energy.sum().backward()
+        return energy.detach()
+
+    draws = []
+    for _ in range(steps):
+        stepper.step(closure)
+        draws.append(theta.detach().clone())
+    return torch.stack(draws, 1), stepper, mean, cov
+
+
+@pytest.mark.parametrize("num_leapfrog, lr", [(1, 0.5), (5, 0.3)])  # MALA, HMC
+def test_hmc_and_mala_recover_2d_gaussian(num_leapfrog, lr):
+    trace, stepper, mean, cov = run_stepper(num_leapfrog, lr, 3_000)
+    assert_matches_gaussian(trace[:, 300:], mean, cov)
+    accepted, proposed = stepper.acceptance()
+    assert proposed == 3_000 and 0.2 < float(accepted.mean()) / proposed < 1.0
+
+
+def test_dual_averaging_adapts_then_freezes():
+    trace, stepper, mean, cov = run_stepper(1, 2.0, 1_500, adapt_steps=500)
+    _, early, _, _ = run_stepper(1, 2.0, 600, adapt_steps=500)
+    assert torch.equal(stepper.step_sizes(), early.step_sizes())  # frozen after step 500
+    assert (stepper.step_sizes() < 2.0).all()  # 2.0 is far too large for this target
+    assert_matches_gaussian(trace[:, 600:], mean, cov)
+
+
+def test_nan_proposal_is_rejected_not_propagated():
+    def energy(theta):  # finite near 0, NaN beyond |theta| = 1
+        return torch.where(theta.abs().max(1).values < 1, 0.5 * (theta**2).sum(1), torch.full_like(theta[:, 0], float("nan")))
+
+    trace, _, _, _ = run_stepper(3, 0.8, 200, energy_fn=energy)
+    assert torch.isfinite(trace).all() and trace.abs().max() < 1
+
+
+@pytest.mark.parametrize("sampler_cls", [HMC, MALA])
+def test_hmc_modules_recover_conjugate_posterior_with_acceptance(sampler_cls, tmp_path):
+    data = LinearRegression(num_train=50, num_val=10, num_test=10, batch_size=None, seed=1)
+    sampler = sampler_cls(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), step_size=0.05,
+                          num_chains=8, burn_in=300, seed=2)
+    store, monitor = PosteriorSamples(max_draws=2_000), AcceptanceMonitor()
+    trainer = L.Trainer(max_steps=1_300, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, callbacks=[store, monitor],
+                        default_root_dir=tmp_path)
+    trainer.fit(sampler, datamodule=data)
+    x, y = data.train_data.tensors
+    mean, cov = conjugate_linear_regression(x, y, noise_var=1.0, prior_var=1.0)
+    assert_matches_gaussian(store.trace(), mean, cov)
+    target = sampler.stepper_options["target_accept"]
+    window = monitor.summary_metrics()
+    # the frozen step is dual averaging's averaged one, which errs on the cautious side
+    assert target - 0.1 < window["accept/overall"] < 0.95, window
+    assert window["accept/layer_all"] == window["accept/overall"]
+    assert monitor.rates(window=False)["layer"]["all"] != window["accept/overall"]
