@@ -14,6 +14,7 @@ from lit_bayes.diagnostics import MIN_DRAWS, random_projections, summarize
 __all__ = ["ChainDiagnostics"]
 
 PREFIX = "diag/"
+GLOBAL_TRACES = {"val_nlpd"}  # computed for the chains of every process already
 
 
 def _energy(outputs: Any) -> Tensor | None:
@@ -62,6 +63,7 @@ class ChainDiagnostics(Callback):
         self._sample_steps = 0
         self._val_sum: Tensor | None = None
         self._val_count = 0
+        self._summary: dict[str, float] | None = None
 
     # ------------------------------------------------------------------ traces
     def _append(self, name: str, values: Tensor) -> None:
@@ -98,7 +100,7 @@ class ChainDiagnostics(Callback):
         if not self._recording_validation(trainer, pl_module):
             return
         x, y = batch
-        params = pl_module.chains.as_dict()
+        params = {n: pl_module.gather_across_processes(p.detach()) for n, p in pl_module.chains.as_dict().items()}
         nll = -pl_module.log_likelihood(params, pl_module.outputs(params, x), y).sum(-1)
         self._val_sum = nll if self._val_sum is None else self._val_sum + nll
         self._val_count += y.shape[0]
@@ -112,6 +114,12 @@ class ChainDiagnostics(Callback):
         self._val_sum, self._val_count = None, 0
 
     def on_train_end(self, trainer, pl_module) -> None:
+        if trainer.world_size > 1:  # chains of every process; val_nlpd already covers them all
+            self._summary = self._summarize({
+                name: trace if name in GLOBAL_TRACES else
+                pl_module.gather_across_processes(trace.to(pl_module.device)).cpu()
+                for name, trace in self.traces().items()
+            })
         metrics = self.summary_metrics()
         if metrics:
             for logger in trainer.loggers:
@@ -120,10 +128,15 @@ class ChainDiagnostics(Callback):
     # ---------------------------------------------------------------- report
     def summary_metrics(self) -> dict[str, float]:
         """``summarize`` of the traces with >= 4 finite draws and >= 2 chains, keys prefixed ``diag/``
-        (empty when no trace qualifies)."""
+        (empty when no trace qualifies); with several processes, over the chains of all of
+        them (gathered at the end of fit)."""
+        return self._summary if self._summary is not None else self._summarize(self.traces())
+
+    @staticmethod
+    def _summarize(traces: dict[str, Tensor]) -> dict[str, float]:
         usable = {
             name: trace
-            for name, trace in self.traces().items()
+            for name, trace in traces.items()
             if trace.shape[0] >= 2 and trace.shape[1] >= MIN_DRAWS and torch.isfinite(trace).all()
         }
         if not usable:

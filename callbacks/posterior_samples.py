@@ -22,7 +22,8 @@ class PosteriorSamples(Callback):
         mode: ``"memory"`` (bounded buffer) or ``"disk"`` (safetensors shards).
         max_draws: memory mode: draws kept per chain.
         policy: memory mode: ``"last"`` keeps the newest, ``"reservoir"`` a uniform sample.
-        directory: disk mode: where shards go; default ``<log_dir>/samples``.
+        directory: disk mode: where shards go; default ``<log_dir>/samples`` (with several
+            processes, one ``rank_<r>`` folder each).
         shard_size: disk mode: draws per shard.
         max_bytes: memory mode refuses, up front, a buffer that would need more.
         seed: seed of the reservoir's generator.
@@ -51,8 +52,9 @@ class PosteriorSamples(Callback):
             self.store = DiskStore(directory or "samples", shard_size)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self.mode == "disk" and self.directory is None:
-            self.store.directory = Path(trainer.log_dir or trainer.default_root_dir) / "samples"
+        if self.mode == "disk":
+            root = Path(self.directory) if self.directory else Path(trainer.log_dir or trainer.default_root_dir) / "samples"
+            self.store.directory = root / f"rank_{trainer.global_rank}" if trainer.world_size > 1 else root
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Refuse, before the first step, a memory store that would outgrow ``max_bytes``

@@ -9,8 +9,11 @@ order. Constructors:
 - :func:`node_partition`: one block per node: its incoming weights and its own bias
   (FNBG spec §2.2, "NBG"; structured-sgmcmc spec §4, "by neurons").
 - :func:`finer_node_partition`: each node's block split contiguously into ``beta_j``
-  sub-blocks (weights first, bias in the last one), or into sub-blocks of at most
-  ``max_block_size`` (FNBG spec §2.2); uneven sizes give the extra element to the first.
+  sub-blocks (weights first, bias in the last one; the paper's beta_j, 130 blocks for the
+  MNIST MLP with beta_1 = 10), into sub-blocks of at most ``max_block_size``, or into
+  ``floor(size / subblock_size)`` sub-blocks of about ``subblock_size`` (the reference
+  code's chunk size, 810 blocks for the MNIST MLP) (FNBG spec §2.2 and §8 item 9); uneven
+  sizes give the extra element to the first sub-blocks.
 - :func:`modulo_partition`: parameter i goes to block ``i mod M`` (structured-sgmcmc
   spec §4, equal-size interleaved groups).
 - :func:`random_partition`: i.i.d. uniform block ids (spec §4, App. G "random").
@@ -125,54 +128,87 @@ def layer_partition(shapes: Shapes) -> Partition:
     return Partition(ids, labels, labels)
 
 
+def _per_layer(name: str, value, num_layers: int) -> list:
+    """One entry per linear layer: a scalar repeated, or a sequence of the right length."""
+    if value is None or isinstance(value, int):
+        return [value] * num_layers
+    values = list(value)
+    if len(values) != num_layers:
+        raise ValueError(f"{name} has {len(values)} entries, the network has {num_layers} linear layers")
+    return values
+
+
+def _num_subblocks(layer: str, node_size: int, beta, max_block_size, subblock_size) -> int:
+    """Sub-blocks per node of ``layer`` under whichever rule was given."""
+    if max_block_size is not None:
+        if isinstance(max_block_size, bool) or not isinstance(max_block_size, int) or max_block_size < 1:
+            raise ValueError(f"max_block_size must be a positive integer, got {max_block_size!r}")
+        return -(-node_size // max_block_size)
+    if subblock_size is not None:
+        if isinstance(subblock_size, bool) or not isinstance(subblock_size, int) or subblock_size < 1:
+            raise ValueError(
+                f"subblock_size for layer {layer!r} must be a positive integer or None (whole node), got {subblock_size!r}"
+            )
+        return max(1, node_size // subblock_size)
+    b = 1 if beta is None else beta
+    if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= node_size:
+        raise ValueError(
+            f"beta for layer {layer!r} must be an integer in [1, {node_size}] "
+            f"(its nodes have {node_size} parameters), got {b!r}"
+        )
+    return b
+
+
 def finer_node_partition(
     shapes: Shapes,
-    beta: int | Sequence[int] = 1,
+    beta: int | Sequence[int] | None = None,
     max_block_size: int | None = None,
+    subblock_size: int | Sequence[int | None] | None = None,
 ) -> Partition:
-    """Node blocks (incoming weights + bias of one node) split into sub-blocks.
+    """Node blocks (incoming weights + bias of one node) split into sub-blocks (FNBG spec §2.2).
 
-    ``beta``: sub-blocks per node, one integer for every layer or one per layer
-    (``beta_j``); 1 gives node blocking. ``max_block_size`` instead splits every node
-    into the fewest sub-blocks of at most that many parameters. Order: layer, node,
-    sub-block; each node's parameters are its weights in input order, then its bias.
+    Give at most one rule (none gives node blocking):
+
+    - ``beta``: sub-blocks per node (the paper's beta_j), one integer for every layer or
+      one per layer; 1 is node blocking.
+    - ``max_block_size``: the fewest sub-blocks of at most that many parameters.
+    - ``subblock_size``: ``floor(size / subblock_size)`` sub-blocks per node (at least
+      one), i.e. the reference code's chunk size; one value for every layer or one per
+      layer, ``None`` keeping that layer's nodes whole.
+
+    Order: layer, node, sub-block; each node's parameters are its weights in input order,
+    then its bias, split contiguously with the larger sub-blocks first.
     """
+    given = [n for n, v in (("beta", beta), ("max_block_size", max_block_size), ("subblock_size", subblock_size))
+             if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"give only one of beta, max_block_size and subblock_size, got {' and '.join(given)}")
     layers = _linear_layers(shapes)
-    if max_block_size is not None:
-        if not isinstance(max_block_size, int) or max_block_size < 1:
-            raise ValueError(f"max_block_size must be a positive integer, got {max_block_size!r}")
-    betas = [beta] * len(layers) if isinstance(beta, int) else list(beta)
-    if len(betas) != len(layers):
-        raise ValueError(f"beta has {len(betas)} entries, the network has {len(layers)} linear layers")
+    betas = _per_layer("beta", beta, len(layers))
+    sizes = _per_layer("subblock_size", subblock_size, len(layers))
     offsets = _offsets(shapes)
     ids = torch.empty(sum(_numel(s) for s in shapes.values()), dtype=torch.long)
     layer_labels, node_labels = [], []
-    for (weight, bias), b in zip(layers, betas):
+    for (weight, bias), b, size in zip(layers, betas, sizes):
         out_dim, in_dim = shapes[weight]
         node_size = in_dim + (1 if bias else 0)
-        if max_block_size is not None:
-            b = -(-node_size // max_block_size)
-        if not isinstance(b, int) or not 1 <= b <= node_size:
-            raise ValueError(
-                f"beta for layer {_layer_label(weight)!r} must be an integer in [1, {node_size}] "
-                f"(its nodes have {node_size} parameters), got {b!r}"
-            )
+        parts = _num_subblocks(_layer_label(weight), node_size, b, max_block_size, size)
         for node in range(out_dim):
             members = [offsets[weight] + node * in_dim + i for i in range(in_dim)]
             if bias:
                 members.append(offsets[bias] + node)
             start = 0
-            for size in _split_sizes(node_size, b):
-                ids[members[start : start + size]] = len(layer_labels)
+            for chunk in _split_sizes(node_size, parts):
+                ids[members[start : start + chunk]] = len(layer_labels)
                 layer_labels.append(_layer_label(weight))
                 node_labels.append(f"{_layer_label(weight)}.{node}")
-                start += size
+                start += chunk
     return Partition(ids, layer_labels, node_labels)
 
 
 def node_partition(shapes: Shapes) -> Partition:
     """One block per node: its incoming weights and its bias (FNBG's NBG)."""
-    return finer_node_partition(shapes, beta=1)
+    return finer_node_partition(shapes)
 
 
 def _check_groups(num_params: int, num_groups: int) -> None:

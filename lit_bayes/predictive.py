@@ -52,12 +52,19 @@ def uniform_log_weights(num_samples: int, device=None) -> Tensor:
 def posterior_samples(trainer, pl_module) -> tuple[dict[str, Tensor], Tensor]:
     """The samples to marginalise over: those a sample-keeping callback holds (the first
     callback with a ``samples(pl_module)`` method that returns some), else the sampler's
-    current states (``pl_module.current_samples()``)."""
+    current states (``pl_module.current_samples()``). With several processes, every
+    process gets the samples of all of them (collective call), equally weighted by process."""
+    kept = None
     for callback in getattr(trainer, "callbacks", []) if trainer is not None else []:
         kept = callback.samples(pl_module) if hasattr(callback, "samples") else None
         if kept is not None:
-            return kept
-    return pl_module.current_samples()
+            break
+    samples, log_weights = kept if kept is not None else pl_module.current_samples()
+    world = trainer.world_size if trainer is not None else 1
+    if world == 1:
+        return samples, log_weights
+    gathered = {name: pl_module.gather_across_processes(p) for name, p in samples.items()}
+    return gathered, pl_module.gather_across_processes(log_weights) - math.log(world)
 
 
 def _chunks(num: int, size: int):

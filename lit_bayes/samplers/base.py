@@ -76,8 +76,10 @@ class SamplerModule(L.LightningModule):
         if init not in ("module", "prior", "template"):
             raise ValueError(f"init must be 'module', 'prior' or 'template', got {init!r}")
         self.save_hyperparameters(ignore=["model", "likelihood", "prior"])
-        self.model = model
-        self.likelihood = likelihood
+        # model and likelihood are templates evaluated with each chain's parameters
+        # (functional_call); their own parameters are never trained
+        self.model = model.requires_grad_(False)
+        self.likelihood = likelihood.requires_grad_(False)
         self.prior = prior if prior is not None else GaussianPrior(1.0)
         self.posterior = Posterior(likelihood, self.prior, num_data, temperature, minibatch_scaling)
         self.num_chains = num_chains
@@ -213,6 +215,16 @@ class SamplerModule(L.LightningModule):
                 f"energy is NaN or infinite at step {self.global_step} for chains {bad}: the step size is likely "
                 "too large for this posterior (or the temperature too small); lower it or use a decaying schedule"
             )
+
+    # --------------------------------------------------------- many processes
+    def gather_across_processes(self, tensor: Tensor) -> Tensor:
+        """Concatenate the leading (chain or sample) dimension of ``tensor`` over all
+        processes, rank by rank; the tensor itself with one process. Collective: every
+        process must call it."""
+        trainer = self._trainer
+        if trainer is None or trainer.world_size == 1:
+            return tensor
+        return self.all_gather(tensor).flatten(0, 1)
 
     # --------------------------------------------------------------- samples
     def is_sample_step(self) -> bool:

@@ -1,0 +1,270 @@
+"""``StructuredSGMCMC``: S-SGMCMC and S_d-SGMCMC (Alexos et al., structured SG-MCMC, seed 001).
+
+The parameters are partitioned into M groups (:mod:`lit_bayes.blocks`). Each step forms
+composite parameter sets ``r θ + (1 - r) θ̃`` that keep the current value of the groups a
+mask ``r`` selects and take the others from θ̃, a detached draw from the buffer of past
+states q̂^(t) (:class:`lit_bayes.sample_buffer.SampleBuffer`), and replaces the energy
+gradient of the base stepper by the gradient of (structured-sgmcmc spec §1-2)
+
+- ``mode="structured"`` (S-SGMCMC, Eqs. 14-15 / Algorithm 1): the M one-hot masks,
+  ``U_hat^(S)(θ) = Σ_{i=1..M} U_hat([θ_i, θ̃^(i)_{-i}])``; group i gets its gradient from
+  term i only. Cost: M composites per step.
+- ``mode="dropout"`` (S_d-SGMCMC, Eq. 16 / Eq. 43 / Algorithm 2): K random masks,
+  ``U_hat^(S_d)(θ) = M / (K E[Σ r_i]) Σ_{k=1..K} U_hat(r^(k) θ + (1 - r^(k)) θ̃^(k))`` with the
+  Bernoulli(ρ), uniform or one-hot laws of :mod:`lit_bayes.masks`. Cost: K composites.
+
+Only the gradient changes: the noise, preconditioner and momentum are the base stepper's
+(SGLD, pSGLD, SGHMC; Eqs. 44-46), applied to every parameter (spec §3, §7 item 6). Every
+composite of a step sees the same minibatch, and the C·K composites of all chains are
+evaluated in one vectorised call (one leading dimension of C·K parameter sets through
+:func:`lit_bayes.chains.stacked_call`).
+
+Randomness: the stepper noise comes from the module's generator (as in :class:`SGMCMC`);
+masks and buffer indices come from a second generator of the module, seeded from the same
+``seed`` on its own stream. Both are checkpointed. Keeping the streams apart means a
+structured chain with keep-probability 1 draws exactly the noise of the plain chain.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from lit_bayes import blocks
+from lit_bayes.masks import MaskLaw, structured_masks
+from lit_bayes.posterior import GaussianPrior, Likelihood
+from lit_bayes.sample_buffer import SampleBuffer
+from lit_bayes.samplers.base import rank_seed
+from lit_bayes.samplers.sgmcmc import SGMCMC
+
+__all__ = ["StructuredSGMCMC"]
+
+PARTITIONS = ("layer", "node", "modulo", "random", "fully_factorised", "user")
+_STRUCTURE_GENERATOR_KEY = "lit_bayes_structure_generator_state"
+_STRUCTURE_STREAM = 2  # streams 0 and 1 are the base class's initial state and stepper noise
+
+
+def build_partition(shapes: dict[str, tuple[int, ...]], partition: str, num_groups: int | None,
+                    group_ids: list[int] | None, seed: int) -> blocks.Partition:
+    """The partition of a chain's flat parameters named by ``partition`` (spec §4)."""
+    if partition not in PARTITIONS:
+        raise ValueError(f"partition must be one of {', '.join(map(repr, PARTITIONS))}, got {partition!r}")
+    wants_groups = partition in ("modulo", "random")
+    if wants_groups and num_groups is None:
+        raise ValueError(f"partition={partition!r} needs num_groups (the number of groups M), got None")
+    if not wants_groups and num_groups is not None:
+        raise ValueError(f"num_groups is only used by partition 'modulo' or 'random', got {num_groups!r} "
+                         f"with partition={partition!r}")
+    if (partition == "user") != (group_ids is not None):
+        raise ValueError(f"group_ids (one group id per flat parameter) goes with partition='user' and only with it; "
+                         f"got partition={partition!r} and group_ids {'set' if group_ids is not None else 'None'}")
+    num_params = sum(int(torch.Size(s).numel()) for s in shapes.values())
+    if partition == "layer":
+        return blocks.layer_partition(shapes)
+    if partition == "node":
+        return blocks.node_partition(shapes)
+    if partition == "modulo":
+        return blocks.modulo_partition(num_params, num_groups)
+    if partition == "random":
+        return blocks.random_partition(num_params, num_groups, seed)
+    if partition == "fully_factorised":
+        return blocks.fully_factorised(num_params)
+    return blocks.user_partition(group_ids, num_params)
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+class StructuredSGMCMC(SGMCMC):
+    """S-SGMCMC / S_d-SGMCMC on top of any SG stepper (see the module docstring).
+
+    Args (besides :class:`SGMCMC`'s, which keep their meaning):
+        partition: ``"layer"``, ``"node"`` (by neuron: incoming weights and bias; both
+            need ``nn.Linear`` layers), ``"modulo"`` (flat index mod M, the paper's equal
+            interleaved groups), ``"random"`` (i.i.d. group ids, seeded by ``seed``),
+            ``"fully_factorised"`` (every scalar its own group) or ``"user"``.
+        num_groups: M for ``"modulo"`` and ``"random"``.
+        group_ids: ``"user"``: the group of every flat parameter (order of
+            :meth:`lit_bayes.chains.ChainState.flat`), ids ``0..M-1``.
+        mode: ``"structured"`` (M one-hot composites per step) or ``"dropout"``.
+        num_masks: K, composites per step in ``"dropout"`` mode (``"structured"`` uses M).
+        mask: mask law of ``"dropout"`` mode: ``"bernoulli"``, ``"uniform"``, ``"one_hot"``.
+        keep_prob: ρ of the Bernoulli law, the probability of KEEPING a group's current value.
+        buffer_size: past states kept per chain for q̂ (FIFO; the authors' code keeps 5000).
+        buffer_start: steps before it use the plain energy U(θ) (the authors' code runs
+            its first epoch unstructured); from it on, composites use the buffer.
+        buffer_init: ``"initial"``: the buffer starts with θ⁽⁰⁾ and stores every state
+            from the first step (the authors' code); ``"warm_start"``: it starts with the
+            state at ``buffer_start`` and stores only later states.
+
+    ``mode="structured"`` holds C·M composites of P parameters per step: use it for a
+    few groups (the paper: M <= 16 on ResNet-20) and ``"dropout"`` for fine partitions.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        likelihood: Likelihood,
+        prior: GaussianPrior | None = None,
+        stepper: Literal["sgld", "psgld", "sghmc"] = "sgld",
+        step_size: float = 1e-4,
+        schedule: Literal["constant", "polynomial", "cyclical"] = "constant",
+        schedule_options: dict[str, Any] | None = None,
+        stepper_options: dict[str, Any] | None = None,
+        num_data: int | None = None,
+        temperature: float = 1.0,
+        minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",
+        num_chains: int = 1,
+        burn_in: int = 0,
+        thinning: int = 1,
+        seed: int = 0,
+        init: Literal["module", "prior", "template"] = "module",
+        vectorize: bool = True,
+        partition: Literal["layer", "node", "modulo", "random", "fully_factorised", "user"] = "fully_factorised",
+        num_groups: int | None = None,
+        group_ids: list[int] | None = None,
+        mode: Literal["structured", "dropout"] = "dropout",
+        num_masks: int = 4,
+        mask: Literal["bernoulli", "uniform", "one_hot"] = "bernoulli",
+        keep_prob: float = 0.5,
+        buffer_size: int = 1000,
+        buffer_start: int = 0,
+        buffer_init: Literal["initial", "warm_start"] = "initial",
+    ) -> None:
+        super().__init__(
+            model, likelihood, prior, stepper, step_size, schedule, schedule_options, stepper_options,
+            num_data, temperature, minibatch_scaling, num_chains, burn_in, thinning, seed, init, vectorize,
+        )
+        if mode not in ("structured", "dropout"):
+            raise ValueError(f"mode must be 'structured' (S-SGMCMC) or 'dropout' (S_d-SGMCMC), got {mode!r}")
+        if buffer_init not in ("initial", "warm_start"):
+            raise ValueError(f"buffer_init must be 'initial' or 'warm_start', got {buffer_init!r}")
+        self.mode = mode
+        self.num_masks = _check_int("num_masks", num_masks, 1)
+        self.mask_law = MaskLaw(mask, keep_prob)
+        self.buffer_size = _check_int("buffer_size", buffer_size, 1)
+        self.buffer_start = _check_int("buffer_start", buffer_start, 0)
+        self.buffer_init = buffer_init
+        shapes = {name: tuple(p.shape) for name, p in self.template_parameters().items()}
+        self.partition = build_partition(shapes, partition, num_groups, group_ids, seed)
+        self.register_buffer("group_ids", self.partition.block_ids.clone(), persistent=False)
+        self.sample_buffer: SampleBuffer | None = None
+        self.structure_generator: torch.Generator | None = None
+        self._pending_structure_state: Tensor | None = None
+
+    @property
+    def num_groups(self) -> int:
+        """M, the number of parameter groups."""
+        return self.partition.num_blocks
+
+    @property
+    def num_composites(self) -> int:
+        """Composite parameter sets per chain and step: M (structured) or K (dropout)."""
+        return self.num_groups if self.mode == "structured" else self.num_masks
+
+    def normaliser(self) -> float:
+        """``M / (K E[Σ r_i])`` (Eq. 16): 1 for the M one-hot masks of S-SGMCMC."""
+        if self.mode == "structured":
+            return 1.0
+        return self.mask_law.normaliser(self.num_groups, self.num_masks)
+
+    # ------------------------------------------------------------------ state
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if self.sample_buffer is None:
+            flat = self.chains.flat()
+            self.sample_buffer = SampleBuffer(flat.shape[0], flat.shape[1], self.buffer_size, flat.dtype, flat.device)
+            if self.buffer_init == "initial":
+                self.sample_buffer.push(flat)
+
+    def configure_optimizers(self):
+        stepper = super().configure_optimizers()
+        gen = torch.Generator(device=self.device).manual_seed(rank_seed(self.seed, self.global_rank, _STRUCTURE_STREAM))
+        if self._pending_structure_state is not None:
+            gen.set_state(self._pending_structure_state)
+            self._pending_structure_state = None
+        self.structure_generator = gen
+        return stepper
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        if self.structure_generator is not None:
+            checkpoint[_STRUCTURE_GENERATOR_KEY] = self.structure_generator.get_state()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        saved = checkpoint.get("state_dict", {}).get("sample_buffer.samples")
+        if saved is not None:
+            if self.sample_buffer is None:
+                self.sample_buffer = SampleBuffer(saved.shape[0], saved.shape[2], saved.shape[1], saved.dtype)
+            elif saved.shape != self.sample_buffer.samples.shape:
+                raise ValueError(
+                    f"checkpoint holds a sample buffer of shape {tuple(saved.shape)} (chains, buffer_size, parameters), "
+                    f"this sampler has {tuple(self.sample_buffer.samples.shape)}: another buffer_size, model or num_chains"
+                )
+        self._pending_structure_state = checkpoint.get(_STRUCTURE_GENERATOR_KEY)
+
+    # ----------------------------------------------------------------- energy
+    def draw_composites(self) -> tuple[Tensor, Tensor]:
+        """One step's group masks ``(C, K, M)`` and past samples θ̃ ``(C, K, P)``.
+
+        K is :attr:`num_composites`. Masks, then buffer indices, are drawn from the
+        structure generator; θ̃ are detached copies from the buffer.
+        """
+        chains, groups, composites = self.num_chains, self.num_groups, self.num_composites
+        flat = self.chains.flat()
+        if self.mode == "structured":
+            masks = structured_masks(groups, flat.device, flat.dtype).expand(chains, groups, groups)
+        else:
+            masks = self.mask_law.sample((chains, composites), groups, self.structure_generator, flat.device, flat.dtype)
+        tilde = self.sample_buffer.draw(self.group_ids, groups, composites, self.structure_generator)
+        return masks, tilde
+
+    def structured_energy(self, x: Tensor, y: Tensor, masks: Tensor, tilde: Tensor) -> Tensor:
+        """``U_hat^(S)`` (Eq. 14) or ``U_hat^(S_d)`` (Eq. 16) of every chain, shape ``(C,)``.
+
+        ``masks`` ``(C, K, M)`` are broadcast to their groups' parameters; the composites
+        ``r θ + (1 - r) θ̃`` ``(C, K, P)`` are evaluated as C·K stacked parameter sets in one
+        call of :meth:`energy` (all on the minibatch ``x, y``), and the K energies of each
+        chain are summed and multiplied by :meth:`normaliser`. Gradients reach θ only
+        through ``r θ``.
+        """
+        chains = self.num_chains
+        flat = torch.cat([p.reshape(chains, -1) for p in self.chains.as_dict().values()], dim=1)
+        keep = masks[..., self.group_ids]
+        composites = keep * flat.unsqueeze(1) + (1.0 - keep) * tilde.detach()
+        count = composites.shape[1]
+        stacked = self.chains.unflatten(composites.reshape(chains * count, -1))
+        energies = self.energy(stacked, x, y).reshape(chains, count)
+        return self.normaliser() * energies.sum(1)
+
+    def step_energy(self, x: Tensor, y: Tensor, step: int) -> Tensor:
+        """The energy whose gradient drives step ``step``: U(θ) before ``buffer_start``,
+        the structured energy from it on (the buffer is seeded first if it is empty)."""
+        if step < self.buffer_start:
+            return self.energy(self.chains.as_dict(), x, y)
+        if len(self.sample_buffer) == 0:
+            self.sample_buffer.push(self.chains.flat())
+        return self.structured_energy(x, y, *self.draw_composites())
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        x, y = self.check_batch(batch)
+        step = self.global_step
+        stepper = self.optimizers()
+        step_size = self.schedule(step)
+        for group in stepper.param_groups:
+            group["lr"] = step_size
+        stepper.zero_grad()
+        energy = self.step_energy(x, y, step)
+        self.check_energy(energy)
+        self.manual_backward(energy.sum())
+        stepper.step()
+        if self.buffer_init == "initial" or step >= self.buffer_start:
+            self.sample_buffer.push(self.chains.flat())
+        self.log("step_size", step_size, prog_bar=True, on_step=True, on_epoch=False)
+        self.log("train/energy", energy.detach().mean(), prog_bar=True, on_step=True, on_epoch=False)
+        return energy.detach()
