@@ -13,7 +13,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from lit_bayes import SGMCMC, Gaussian, GaussianPrior
+from lit_bayes import HMC, MALA, MAP, SGMCMC, Gaussian, GaussianPrior
 from lit_bayes.callbacks import PosteriorSamples
 from lit_bayes.data import SyntheticRegression
 from lit_bayes.models import MLP
@@ -30,13 +30,22 @@ class KillAtStep(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def make_sampler(kind: str):
+    """A small sampler of each family, 3 chains, burn-in 2, thinning 2."""
+    net, lik, prior = MLP([1, 8, 1], "tanh"), Gaussian(1.0), GaussianPrior(1.0)
+    common = dict(num_chains=3, seed=5)
+    if kind in ("sgld", "psgld", "sghmc"):
+        return SGMCMC(net, lik, prior, stepper=kind, step_size=1e-3, burn_in=2, thinning=2, **common)
+    if kind == "map":
+        return MAP(net, lik, prior, optimizer="adam", lr=1e-2, **common)
+    sampler_cls = {"hmc": HMC, "mala": MALA}[kind]
+    return sampler_cls(net, lik, prior, step_size=1e-2, burn_in=2, thinning=2, adapt_steps=5, **common)
+
+
 def fit(root, epochs, stepper="sghmc", store="disk", ckpt_path=None, kill_at=None, shard_size=3):
     torch.set_num_threads(1)
     data = SyntheticRegression(num_train=40, num_val=10, num_test=10, batch_size=10, seed=3)
-    sampler = SGMCMC(
-        MLP([1, 8, 1], "tanh"), Gaussian(1.0), GaussianPrior(1.0), stepper=stepper, step_size=1e-3,
-        num_chains=3, burn_in=2, thinning=2, seed=5,
-    )
+    sampler = make_sampler(stepper)
     samples = PosteriorSamples(mode=store, directory=os.path.join(root, "samples"), shard_size=shard_size)
     callbacks = [samples, ModelCheckpoint(dirpath=os.path.join(root, "ckpt"), save_last=True,
                                           save_on_train_epoch_end=True, every_n_epochs=1)]

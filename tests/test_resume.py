@@ -14,16 +14,25 @@ from tests.resume_runs import fit
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("stepper", ["sgld", "psgld", "sghmc"])
-@pytest.mark.parametrize("store", ["memory", "disk"])
-def test_resumed_chain_equals_uninterrupted_chain(stepper, store, tmp_path):
-    full, full_samples = fit(str(tmp_path / "full"), 6, stepper, store)
-    fit(str(tmp_path / "split"), 3, stepper, store)
-    resumed, resumed_samples = fit(str(tmp_path / "split"), 6, stepper, store,
+CASES = [(s, "memory") for s in ("sgld", "psgld", "sghmc", "hmc", "mala")] + [("sghmc", "disk"), ("sgld", "disk")]
+
+
+@pytest.mark.parametrize("sampler, store", CASES)
+def test_resumed_chain_equals_uninterrupted_chain(sampler, store, tmp_path):
+    full, full_samples = fit(str(tmp_path / "full"), 6, sampler, store)
+    fit(str(tmp_path / "split"), 3, sampler, store)
+    resumed, resumed_samples = fit(str(tmp_path / "split"), 6, sampler, store,
                                    ckpt_path=str(tmp_path / "split" / "ckpt" / "last.ckpt"))
     assert torch.equal(full.chains.flat(), resumed.chains.flat())
     assert torch.equal(full_samples.trace(), resumed_samples.trace())
     assert full_samples.trace().shape[1] == (24 - 2) // 2
+
+
+def test_resumed_map_equals_uninterrupted_map(tmp_path):
+    full, _ = fit(str(tmp_path / "full"), 6, "map", "memory")
+    fit(str(tmp_path / "split"), 3, "map", "memory")
+    resumed, _ = fit(str(tmp_path / "split"), 6, "map", "memory", ckpt_path=str(tmp_path / "split" / "ckpt" / "last.ckpt"))
+    assert torch.equal(full.chains.flat(), resumed.chains.flat())
 
 
 def test_sigkill_keeps_shards_and_resume_has_no_gap_or_duplicate(tmp_path):

@@ -1,0 +1,351 @@
+"""Block targets: the energy of C chains under single-block proposals, on one batch.
+
+A Metropolis-within-Gibbs step of block q (FNBG spec §2.1, Prop. 1 of [000], Eq. 4.1 of
+[003]) needs U(theta*) - U(theta), where theta* is the current state with block q replaced and
+
+    U(theta) = -(s * sum_{i in batch} log p(y_i | x_i, theta) + log pi(theta)) / T,
+
+s = 1 (the paper's raw batch sum) or N/B, T the temperature. The prior is Gaussian
+(``GaussianPrior``), so its change is the block's own:
+log pi(theta*_q) - log pi(theta_q) = -sum_{i in q} ((theta*_i)^2 - theta_i^2) / (2 v_i).
+
+A target holds the state of every chain, ``(C, P)`` in ``ChainState.flat`` order, and its
+energy on the batch. ``propose(q, values)`` evaluates every chain's proposal at once and
+``commit(accept)`` keeps it only for the chains that accept: a rejected block leaves state
+and cached energy untouched (the reference code's bug, spec §8 item 5, cannot happen).
+Energies are sums in float64 (spec §8 item 16).
+
+- :class:`FullForwardTarget`: the naive reference, one full forward pass per block.
+- :class:`IncrementalTarget`: for MLPs of ``nn.Linear`` layers it keeps every layer's
+  pre-activations g_j and activations h_j = phi(g_j) of the current state (Eqs. 3.1-3.2).
+  A block inside one node k of layer j changes only that node's pre-activation column,
+  g_jk <- g_jk + h_{j-1}[:, S] dw_S + db_k, so that column, h_jk and the layers above are
+  recomputed; any other block (a whole layer) recomputes from its lowest layer up. The
+  caches are rebuilt at every ``reset`` (every sweep, on its new batch), so rounding never
+  accumulates beyond one sweep.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from lit_bayes.blocks import Partition
+
+__all__ = [
+    "BlockPlan",
+    "BlockTarget",
+    "FullForwardTarget",
+    "IncrementalTarget",
+    "LinearLayer",
+    "LinearStack",
+    "block_plans",
+    "linear_stack",
+]
+
+ELEMENTWISE = (nn.Sigmoid, nn.Tanh, nn.ReLU, nn.GELU, nn.ELU, nn.LeakyReLU, nn.SiLU, nn.Softplus, nn.Identity)
+
+
+@dataclass(frozen=True)
+class LinearLayer:
+    """Where one ``nn.Linear`` lives in the flat parameter vector."""
+
+    weight: slice  # row-major (out_features, in_features)
+    bias: slice | None
+    out_features: int
+    in_features: int
+
+
+@dataclass(frozen=True)
+class LinearStack:
+    """An MLP as the incremental path sees it: linear layers with an elementwise activation
+    after every one but the last, inputs flattened when ``flatten`` and of more than 2 dims."""
+
+    layers: tuple[LinearLayer, ...]
+    activations: tuple[nn.Module, ...]
+    flatten: bool
+
+
+def _stack_modules(model: nn.Module) -> tuple[list[nn.Linear], list[nn.Module], bool] | None:
+    from lit_bayes.models.mlp import MLP
+
+    if isinstance(model, nn.Linear):
+        return [model], [], False
+    if isinstance(model, MLP):
+        return list(model.layers), [model.activation] * (len(model.layers) - 1), True
+    if isinstance(model, nn.Sequential):
+        mods = list(model)
+        flatten = bool(mods) and isinstance(mods[0], nn.Flatten)
+        mods = mods[1:] if flatten else mods
+        linears, acts = mods[0::2], mods[1::2]
+        if linears and all(isinstance(m, nn.Linear) for m in linears) and len(acts) == len(linears) - 1 \
+                and all(isinstance(a, ELEMENTWISE) for a in acts):
+            return linears, acts, flatten
+    return None
+
+
+def linear_stack(model: nn.Module) -> LinearStack:
+    """Describe ``model`` (an ``nn.Linear``, a ``lit_bayes.models.MLP`` or an ``nn.Sequential``
+    of ``nn.Linear`` layers and elementwise activations) by flat offsets of its parameters,
+    in ``model.named_parameters()`` order."""
+    found = _stack_modules(model)
+    if found is None:
+        raise ValueError(
+            f"incremental evaluation needs an nn.Linear, a lit_bayes.models.MLP or an nn.Sequential of nn.Linear "
+            f"layers and elementwise activations, got {type(model).__name__}; pass incremental=False"
+        )
+    linears, acts, flatten = found
+    offsets, start = {}, 0
+    for p in model.parameters():
+        offsets[id(p)] = slice(start, start + p.numel())
+        start += p.numel()
+    layers = tuple(
+        LinearLayer(offsets[id(m.weight)], offsets[id(m.bias)] if m.bias is not None else None, m.out_features, m.in_features)
+        for m in linears
+    )
+    return LinearStack(layers, tuple(acts), flatten)
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """What one block touches: its flat members and the lowest layer they reach. When all
+    members are weights (input columns ``columns``, at ``weight_pos`` among the members) or
+    the bias (at ``bias_pos``) of one ``node`` of that layer, the column update applies."""
+
+    members: Tensor
+    layer: int
+    node: int | None = None
+    columns: Tensor | slice | None = None
+    weight_pos: Tensor | slice | None = None
+    bias_pos: int | None = None
+
+
+def _as_slice(index: Tensor) -> Tensor | slice:
+    """A contiguous ascending index as a slice (a view instead of a gather)."""
+    if index.numel() and torch.equal(index, torch.arange(int(index[0]), int(index[0]) + index.numel())):
+        return slice(int(index[0]), int(index[0]) + index.numel())
+    return index
+
+
+def _plan(members: Tensor, stack: LinearStack) -> BlockPlan:
+    spans = []
+    for j, layer in enumerate(stack.layers):
+        for part in (layer.weight, layer.bias):
+            if part is not None:
+                spans.append((j, part, part is layer.weight))
+    touched = sorted({j for j, part, _ in spans if ((members >= part.start) & (members < part.stop)).any()})
+    j = touched[0]
+    layer = stack.layers[j]
+    in_weight = (members >= layer.weight.start) & (members < layer.weight.stop)
+    in_bias = torch.zeros_like(in_weight) if layer.bias is None else (members >= layer.bias.start) & (members < layer.bias.stop)
+    rows = (members[in_weight] - layer.weight.start) // layer.in_features
+    biases = members[in_bias] - (layer.bias.start if layer.bias is not None else 0)
+    nodes = set(rows.tolist()) | set(biases.tolist())
+    if len(touched) > 1 or len(nodes) != 1:
+        return BlockPlan(members, j)
+    weight_pos = in_weight.nonzero().flatten()
+    bias_pos = in_bias.nonzero().flatten()
+    return BlockPlan(
+        members, j, node=nodes.pop(),
+        columns=_as_slice((members[in_weight] - layer.weight.start) % layer.in_features),
+        weight_pos=_as_slice(weight_pos), bias_pos=int(bias_pos[0]) if bias_pos.numel() else None,
+    )
+
+
+def block_plans(partition: Partition, stack: LinearStack | None = None, device=None) -> list[BlockPlan]:
+    """Members (and, with ``stack``, the incremental plan) of every block, on ``device``."""
+    members = [partition.members(q).to(device) for q in range(partition.num_blocks)]
+    if stack is None:
+        return [BlockPlan(m, 0) for m in members]
+    return [_plan(m, stack) for m in members]
+
+
+class BlockTarget:
+    """Energy of every chain's state under single-block proposals (see the module docstring).
+
+    Subclasses evaluate the likelihood part: ``_reset_likelihood(state)``,
+    ``_propose_likelihood(plan, values, delta)`` (the (C,) energy with the block replaced)
+    and ``_commit_likelihood(accept)``.
+    """
+
+    def __init__(self, plans: list[BlockPlan], prior_variances: Tensor, scale: float, temperature: float) -> None:
+        self.plans = plans
+        self.inv_var = 1.0 / prior_variances.double()
+        self.log_norm = 0.5 * float(torch.log(2 * math.pi * prior_variances.double()).sum())
+        self.scale = scale
+        self.temperature = temperature
+        self.state: Tensor | None = None
+        self.likelihood_energy: Tensor | None = None
+        self.prior_energy: Tensor | None = None
+        self._pending: tuple | None = None
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.plans)
+
+    @property
+    def energy(self) -> Tensor:
+        """U of every chain's current state, ``(C,)`` float64."""
+        return self.likelihood_energy + self.prior_energy
+
+    def reduce(self, log_lik: Tensor) -> Tensor:
+        """Likelihood energy -s * sum_i log p(y_i | ...) / T of per-point values ``(C, B)``."""
+        return -self.scale * log_lik.sum(-1, dtype=torch.float64) / self.temperature
+
+    def current(self, block: int) -> Tensor:
+        """The current values of ``block`` in every chain, ``(C, size)``."""
+        return self.state[:, self.plans[block].members]
+
+    def reset(self, state: Tensor) -> Tensor:
+        """Take ``state`` (C, P) as the current state (it is updated in place by ``commit``)
+        and return its energy on this target's batch."""
+        self.state = state
+        self._pending = None
+        self.likelihood_energy = self._reset_likelihood(state)
+        sq = state.double().square() * self.inv_var
+        self.prior_energy = (0.5 * sq.sum(1) + self.log_norm) / self.temperature
+        return self.energy
+
+    def propose(self, block: int, values: Tensor) -> Tensor:
+        """Energy ``(C,)`` of every chain's state with ``block`` set to ``values`` (C, size)."""
+        plan = self.plans[block]
+        current = self.state[:, plan.members]
+        change = (values.double().square() - current.double().square()) * self.inv_var[plan.members]
+        prior = self.prior_energy + 0.5 * change.sum(1) / self.temperature
+        likelihood = self._propose_likelihood(plan, values, values - current)
+        self._pending = (plan, values, likelihood, prior)
+        return likelihood + prior
+
+    def commit(self, accept: Tensor) -> None:
+        """Keep the last proposal in the chains where ``accept`` (C,) is true."""
+        plan, values, likelihood, prior = self._pending
+        self.state[:, plan.members] = torch.where(accept[:, None], values, self.state[:, plan.members])
+        self.likelihood_energy = torch.where(accept, likelihood, self.likelihood_energy)
+        self.prior_energy = torch.where(accept, prior, self.prior_energy)
+        self._commit_likelihood(accept)
+        self._pending = None
+
+    def _reset_likelihood(self, state: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _propose_likelihood(self, plan: BlockPlan, values: Tensor, delta: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _commit_likelihood(self, accept: Tensor) -> None:
+        raise NotImplementedError
+
+
+class FullForwardTarget(BlockTarget):
+    """Reference path: every proposal is a full forward pass of every chain.
+
+    ``log_likelihood(state)`` maps flat states ``(C, P)`` to per-point log-likelihoods ``(C, B)``
+    on the batch (any model: the sampler passes its vmapped forward)."""
+
+    def __init__(self, plans, prior_variances, scale, temperature, log_likelihood: Callable[[Tensor], Tensor]) -> None:
+        super().__init__(plans, prior_variances, scale, temperature)
+        self.log_likelihood = log_likelihood
+
+    def _reset_likelihood(self, state: Tensor) -> Tensor:
+        return self.reduce(self.log_likelihood(state))
+
+    def _propose_likelihood(self, plan: BlockPlan, values: Tensor, delta: Tensor) -> Tensor:
+        proposed = self.state.clone()
+        proposed[:, plan.members] = values
+        return self.reduce(self.log_likelihood(proposed))
+
+    def _commit_likelihood(self, accept: Tensor) -> None:
+        """Nothing is cached besides the energy."""
+
+
+class IncrementalTarget(BlockTarget):
+    """Cached-activation path for a :class:`LinearStack` (see the module docstring).
+
+    ``log_likelihood(output)`` maps network outputs ``(C, B, k)`` to ``(C, B)``; ``x`` is the
+    batch's inputs, shared by every chain.
+    """
+
+    def __init__(self, plans, prior_variances, scale, temperature, stack: LinearStack,
+                 log_likelihood: Callable[[Tensor], Tensor], x: Tensor) -> None:
+        super().__init__(plans, prior_variances, scale, temperature)
+        if stack.flatten and x.dim() > 2:
+            x = x.flatten(1)
+        if x.dim() != 2 or x.shape[1] != stack.layers[0].in_features:
+            raise ValueError(
+                f"batch inputs have shape {tuple(x.shape)}, the first linear layer expects (B, {stack.layers[0].in_features})"
+            )
+        self.stack = stack
+        self.log_likelihood = log_likelihood
+        self.x = x
+        self.pre: list[Tensor] = []  # g_j of every layer, (C, B, out_j)
+        self.post: list[Tensor] = []  # h_j = phi(g_j) of every hidden layer, (C, B, out_j)
+        self._cache: tuple | None = None  # the pending proposal's layers
+
+    def _weights(self, state: Tensor, j: int) -> tuple[Tensor, Tensor | None]:
+        layer = self.stack.layers[j]
+        weight = state[:, layer.weight].view(-1, layer.out_features, layer.in_features)
+        return weight, (state[:, layer.bias] if layer.bias is not None else None)
+
+    def _linear(self, state: Tensor, j: int, h: Tensor | None) -> Tensor:
+        """g_j = h_{j-1} w_j^T + b_j for every chain; ``h`` None is the shared input."""
+        weight, bias = self._weights(state, j)
+        chains, out = weight.shape[:2]
+        if h is None:  # one GEMM for all chains, without copying x per chain
+            g = (self.x @ weight.reshape(chains * out, -1).T).view(-1, chains, out).transpose(0, 1)
+            return g if bias is None else g + bias[:, None, :]
+        if bias is None:
+            return torch.bmm(h, weight.transpose(1, 2))
+        return torch.baddbmm(bias[:, None, :], h, weight.transpose(1, 2))
+
+    def _upward(self, state: Tensor, j: int, g: Tensor, h: Tensor | None) -> tuple[list[Tensor], list[Tensor]]:
+        """Pre-activations of layers j.. and activations of layers j..L-2, from layer j's
+        ``g`` (and its activations ``h`` when already known)."""
+        last = len(self.stack.layers) - 1
+        pres, posts = [g], []
+        for l in range(j + 1, last + 1):
+            h = self.stack.activations[l - 1](pres[-1]) if h is None else h
+            posts.append(h)
+            pres.append(self._linear(state, l, h))
+            h = None
+        return pres, posts
+
+    def _reset_likelihood(self, state: Tensor) -> Tensor:
+        self.pre, self.post = self._upward(state, 0, self._linear(state, 0, None), None)
+        return self.reduce(self.log_likelihood(self.pre[-1]))
+
+    def _propose_likelihood(self, plan: BlockPlan, values: Tensor, delta: Tensor) -> Tensor:
+        j = plan.layer
+        if plan.node is None:  # not inside one node: recompute from layer j with the proposal
+            proposed = self.state.clone()
+            proposed[:, plan.members] = values
+            below = self.post[j - 1] if j > 0 else None
+            pres, posts = self._upward(proposed, j, self._linear(proposed, j, below), None)
+        else:
+            k = plan.node
+            dw = delta[:, plan.weight_pos]
+            if j == 0:
+                dg = dw @ self.x[:, plan.columns].T
+            else:
+                dg = torch.bmm(self.post[j - 1][:, :, plan.columns], dw.unsqueeze(2)).squeeze(2)
+            if plan.bias_pos is not None:
+                dg = dg + delta[:, plan.bias_pos, None]
+            g = self.pre[j].clone()
+            g[:, :, k] += dg
+            h = None
+            if j < len(self.stack.layers) - 1:
+                h = self.post[j].clone()
+                h[:, :, k] = self.stack.activations[j](g[:, :, k])
+            pres, posts = self._upward(self.state, j, g, h)
+        self._cache = (j, pres, posts)
+        return self.reduce(self.log_likelihood(pres[-1]))
+
+    def _commit_likelihood(self, accept: Tensor) -> None:
+        j, pres, posts = self._cache
+        keep = accept[:, None, None]
+        for l, g in enumerate(pres, start=j):
+            self.pre[l] = torch.where(keep, g, self.pre[l])
+        for l, h in enumerate(posts, start=j):
+            self.post[l] = torch.where(keep, h, self.post[l])
+        self._cache = None
