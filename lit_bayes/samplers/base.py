@@ -105,13 +105,13 @@ class SamplerModule(L.LightningModule):
 
     def initial_state(self, generator: torch.Generator) -> dict[str, Tensor]:
         """Stacked initial parameters of every chain, following ``init``."""
-        template = {n: p.detach() for n, p in self.template_parameters().items()}
+        state = {n: p.detach().unsqueeze(0).repeat(self.num_chains, *([1] * p.dim()))
+                 for n, p in self.template_parameters().items()}
         if self.init == "template":
-            return {n: p.unsqueeze(0).repeat(self.num_chains, *([1] * p.dim())) for n, p in template.items()}
+            return state
         if self.init == "prior":
-            stacked = {n: p.unsqueeze(0).expand(self.num_chains, *p.shape) for n, p in template.items()}
-            return self.prior.sample(stacked, generator)
-        draws = []
+            return self.prior.sample(state, generator)
+        draws = []  # "module": each chain re-initialised by the layers' own reset_parameters
         for _ in range(self.num_chains):
             net = copy.deepcopy(self.model)
             with torch.random.fork_rng(devices=[]):
@@ -120,7 +120,6 @@ class SamplerModule(L.LightningModule):
                     if hasattr(module, "reset_parameters"):
                         module.reset_parameters()
             draws.append(dict(net.named_parameters()))
-        state = {n: p.unsqueeze(0).repeat(self.num_chains, *([1] * p.dim())) for n, p in template.items()}
         state.update({f"net.{n}": torch.stack([d[n].detach() for d in draws]) for n in draws[0]})
         return state
 

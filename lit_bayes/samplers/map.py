@@ -17,8 +17,9 @@ OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 class MAP(SamplerModule):
     """Maximum a posteriori training: minimise U(theta) / N with SGD or Adam.
 
-    The loss is the energy of :mod:`lit_bayes.posterior` divided by ``num_data`` (so
-    learning rates do not depend on the data size); its minimiser is the MAP estimate of
+    The loss is the energy of :mod:`lit_bayes.posterior` divided by ``num_data`` (the
+    batch size with ``minibatch_scaling="sum"`` and no ``num_data``), so learning rates
+    do not depend on the data size; its minimiser is the MAP estimate of
     the tempered posterior. With ``num_chains > 1`` the independently initialised chains
     form a deep ensemble. MAP keeps no samples: predictions use the current parameters.
     """
@@ -62,6 +63,6 @@ class MAP(SamplerModule):
         x, y = self.check_batch(batch)
         energy = self.energy(self.chains.as_dict(), x, y)
         self.check_energy(energy)
-        loss = energy.sum() / self.posterior.num_data if self.posterior.num_data else energy.sum() / x.shape[0]
+        loss = energy.sum() / (self.posterior.num_data or x.shape[0])  # per-point scale for the optimiser
         self.log("train/loss", loss.detach() / self.num_chains, prog_bar=True, on_step=True, on_epoch=False)
         return loss
