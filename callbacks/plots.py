@@ -177,11 +177,15 @@ class DiagnosticPlots(Callback):
         self.k = _check_count("k", k)
         self._probs: list[Tensor] = []
         self._targets: list[Tensor] = []
+        self._directory: Path | None = None
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        # on every process: trainer.log_dir is a collective call under DDP
+        self._directory = Path(trainer.log_dir or trainer.default_root_dir)
 
     def _save(self, trainer, name: str, fig: Figure) -> None:
-        directory = Path(trainer.log_dir or trainer.default_root_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        fig.savefig(directory / f"{name}.png", dpi=100)
+        self._directory.mkdir(parents=True, exist_ok=True)
+        fig.savefig(self._directory / f"{name}.png", dpi=100)
         log_figure(trainer.loggers, f"plots/{name}", fig, trainer.global_step)
 
     def on_test_epoch_start(self, trainer, pl_module) -> None:

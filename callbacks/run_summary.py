@@ -28,6 +28,10 @@ class RunSummary(Callback):
         self._start = None
         self.path: Path | None = None
 
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        # on every process: trainer.log_dir is a collective call under DDP
+        self.path = Path(self.directory or trainer.log_dir or trainer.default_root_dir) / "summary.json"
+
     def on_fit_start(self, trainer, pl_module) -> None:
         self._start = time.perf_counter()
 
@@ -38,9 +42,7 @@ class RunSummary(Callback):
     def _write(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:
             return
-        directory = Path(self.directory or trainer.log_dir or trainer.default_root_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / "summary.json"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         summary = json.loads(self.path.read_text()) if self.path.exists() else {"metrics": {}}
         metrics = {k: _number(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
         for callback in trainer.callbacks:

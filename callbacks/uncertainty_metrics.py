@@ -68,7 +68,7 @@ class UncertaintyMetrics(Callback):
         if stage in self.per_sample:
             values[f"{stage}/ece_per_sample"] = self.per_sample.pop(stage).compute()
         for name, value in values.items():
-            pl_module.log(name, value.float(), sync_dist=False)
+            pl_module.log(name, value.float(), sync_dist=True)  # equal on every process already
         self.metrics[stage].reset()
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:

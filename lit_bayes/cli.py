@@ -32,8 +32,9 @@ from lit_bayes.callbacks import (
     UncertaintyMetrics,
 )
 from lit_bayes.samplers import SamplerModule
+from lit_bayes.strategy import ChainParallel  # registers the "chain_parallel" strategy name
 
-__all__ = ["LitBayesCLI", "main", "wandb_logged_in"]
+__all__ = ["ChainParallel", "LitBayesCLI", "main", "wandb_logged_in"]
 
 
 def wandb_logged_in() -> bool:

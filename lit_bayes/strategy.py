@@ -12,15 +12,15 @@ Launch as any Lightning DDP job, e.g. on one machine
 ``Trainer(accelerator="cpu", devices=2, strategy=ChainParallel())``; on several nodes
 ``Trainer(accelerator="gpu", devices=8, num_nodes=4, strategy=ChainParallel())`` started
 by ``torchrun`` or SLURM's ``srun`` on every node (Lightning reads the cluster
-environment), or ``lit-bayes fit -c recipe.yaml --trainer.strategy
-lit_bayes.strategy.ChainParallel --trainer.devices 8 --trainer.num_nodes 4``.
+environment). Importing this module registers the name ``"chain_parallel"``, so the CLI
+takes ``--trainer.strategy chain_parallel --trainer.devices 8 --trainer.num_nodes 4``.
 """
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 
 __all__ = ["ChainParallel"]
 
@@ -44,3 +44,8 @@ class ChainParallel(DDPStrategy):
 
     def _register_ddp_hooks(self) -> None:
         self.model.register_comm_hook(state=None, hook=keep_local_gradients)
+
+
+StrategyRegistry.register(
+    ChainParallel.strategy_name, ChainParallel, description="DDP with independent chains per process"
+)

@@ -1,4 +1,5 @@
 """Two CPU processes (gloo) with ChainParallel: independent chains, gathered samples and metrics."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -32,3 +33,18 @@ def test_gradients_stay_local_to_each_process(tmp_path):
     errors = launch(tmp_path, "map")["errors"]
     assert errors.shape == (2,)
     assert errors.max() < 1e-6, errors
+
+
+def test_cli_run_with_two_processes_writes_one_summary(tmp_path):
+    """Every callback the CLI adds survives ChainParallel (no collective called on one rank only)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "lit_bayes.cli", "fit", "-c", str(ROOT / "recipes" / "xor_sgld.yaml"),
+         "--trainer.strategy", "chain_parallel", "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+         "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "6", "--model.init_args.burn_in", "2",
+         "--trainer.default_root_dir", str(tmp_path), "--wandb", "false", "--trainer.enable_progress_bar", "false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (summary,) = tmp_path.rglob("summary.json")
+    metrics = json.loads(summary.read_text())["metrics"]
+    assert {"test/accuracy", "test/nlpd", "diag/rhat_max"} <= set(metrics)
