@@ -41,6 +41,7 @@ def test_cli_run_with_two_processes_writes_one_summary(tmp_path):
         [sys.executable, "-m", "lit_bayes.cli", "fit", "-c", str(ROOT / "recipes" / "xor_sgld.yaml"),
          "--trainer.strategy", "chain_parallel", "--trainer.accelerator", "cpu", "--trainer.devices", "2",
          "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "6", "--model.init_args.burn_in", "2",
+         "--model.init_args.thinning", "1",
          "--trainer.default_root_dir", str(tmp_path), "--wandb", "false", "--trainer.enable_progress_bar", "false"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
