@@ -130,7 +130,7 @@ def layer_partition(shapes: Shapes) -> Partition:
 
 def _per_layer(name: str, value, num_layers: int) -> list:
     """One entry per linear layer: a scalar repeated, or a sequence of the right length."""
-    if value is None or isinstance(value, int):
+    if not isinstance(value, Sequence):
         return [value] * num_layers
     values = list(value)
     if len(values) != num_layers:
@@ -147,7 +147,8 @@ def _num_subblocks(layer: str, node_size: int, beta, max_block_size, subblock_si
     if subblock_size is not None:
         if isinstance(subblock_size, bool) or not isinstance(subblock_size, int) or subblock_size < 1:
             raise ValueError(
-                f"subblock_size for layer {layer!r} must be a positive integer or None (whole node), got {subblock_size!r}"
+                f"subblock_size for layer {layer!r} must be a positive integer or None (whole node), "
+                f"got {subblock_size!r}"
             )
         return max(1, node_size // subblock_size)
     b = 1 if beta is None else beta

@@ -103,7 +103,8 @@ def linear_stack(model: nn.Module) -> LinearStack:
         offsets[id(p)] = slice(start, start + p.numel())
         start += p.numel()
     layers = tuple(
-        LinearLayer(offsets[id(m.weight)], offsets[id(m.bias)] if m.bias is not None else None, m.out_features, m.in_features)
+        LinearLayer(offsets[id(m.weight)], None if m.bias is None else offsets[id(m.bias)], m.out_features,
+                    m.in_features)
         for m in linears
     )
     return LinearStack(layers, tuple(acts), flatten)
@@ -125,33 +126,33 @@ class BlockPlan:
 
 def _as_slice(index: Tensor) -> Tensor | slice:
     """A contiguous ascending index as a slice (a view instead of a gather)."""
-    if index.numel() and torch.equal(index, torch.arange(int(index[0]), int(index[0]) + index.numel())):
-        return slice(int(index[0]), int(index[0]) + index.numel())
+    first, size = (int(index[0]), index.numel()) if index.numel() else (0, 0)
+    if size and torch.equal(index, torch.arange(first, first + size, device=index.device)):
+        return slice(first, first + size)
     return index
 
 
+def _inside(members: Tensor, part: slice | None) -> Tensor:
+    if part is None:
+        return torch.zeros_like(members, dtype=torch.bool)
+    return (members >= part.start) & (members < part.stop)
+
+
 def _plan(members: Tensor, stack: LinearStack) -> BlockPlan:
-    spans = []
-    for j, layer in enumerate(stack.layers):
-        for part in (layer.weight, layer.bias):
-            if part is not None:
-                spans.append((j, part, part is layer.weight))
-    touched = sorted({j for j, part, _ in spans if ((members >= part.start) & (members < part.stop)).any()})
-    j = touched[0]
-    layer = stack.layers[j]
-    in_weight = (members >= layer.weight.start) & (members < layer.weight.stop)
-    in_bias = torch.zeros_like(in_weight) if layer.bias is None else (members >= layer.bias.start) & (members < layer.bias.stop)
-    rows = (members[in_weight] - layer.weight.start) // layer.in_features
-    biases = members[in_bias] - (layer.bias.start if layer.bias is not None else 0)
-    nodes = set(rows.tolist()) | set(biases.tolist())
+    touched = [j for j, layer in enumerate(stack.layers)
+               if _inside(members, layer.weight).any() or _inside(members, layer.bias).any()]
+    j, layer = touched[0], stack.layers[touched[0]]
+    in_weight, in_bias = _inside(members, layer.weight), _inside(members, layer.bias)
+    rows = ((members[in_weight] - layer.weight.start) // layer.in_features).tolist()
+    biases = (members[in_bias] - (layer.bias.start if layer.bias is not None else 0)).tolist()
+    nodes = set(rows) | set(biases)
     if len(touched) > 1 or len(nodes) != 1:
         return BlockPlan(members, j)
-    weight_pos = in_weight.nonzero().flatten()
-    bias_pos = in_bias.nonzero().flatten()
+    bias_pos = in_bias.nonzero().flatten().tolist()
     return BlockPlan(
         members, j, node=nodes.pop(),
         columns=_as_slice((members[in_weight] - layer.weight.start) % layer.in_features),
-        weight_pos=_as_slice(weight_pos), bias_pos=int(bias_pos[0]) if bias_pos.numel() else None,
+        weight_pos=_as_slice(in_weight.nonzero().flatten()), bias_pos=bias_pos[0] if bias_pos else None,
     )
 
 
@@ -264,7 +265,8 @@ class IncrementalTarget(BlockTarget):
     """Cached-activation path for a :class:`LinearStack` (see the module docstring).
 
     ``log_likelihood(output)`` maps network outputs ``(C, B, k)`` to ``(C, B)``; ``x`` is the
-    batch's inputs, shared by every chain.
+    batch's inputs, shared by every chain. Caches are feature-major, ``(C, out_j, B)``, so a
+    node's column is a contiguous row and the small per-layer products are fast.
     """
 
     def __init__(self, plans, prior_variances, scale, temperature, stack: LinearStack,
@@ -274,30 +276,25 @@ class IncrementalTarget(BlockTarget):
             x = x.flatten(1)
         if x.dim() != 2 or x.shape[1] != stack.layers[0].in_features:
             raise ValueError(
-                f"batch inputs have shape {tuple(x.shape)}, the first linear layer expects (B, {stack.layers[0].in_features})"
+                f"batch inputs have shape {tuple(x.shape)}, "
+                f"the first linear layer expects (B, {stack.layers[0].in_features})"
             )
         self.stack = stack
         self.log_likelihood = log_likelihood
-        self.x = x
-        self.pre: list[Tensor] = []  # g_j of every layer, (C, B, out_j)
-        self.post: list[Tensor] = []  # h_j = phi(g_j) of every hidden layer, (C, B, out_j)
+        self.xt = x.T.contiguous()  # (in_0, B)
+        self.pre: list[Tensor] = []  # g_j of every layer, (C, out_j, B)
+        self.post: list[Tensor] = []  # h_j = phi(g_j) of every hidden layer, (C, out_j, B)
         self._cache: tuple | None = None  # the pending proposal's layers
 
-    def _weights(self, state: Tensor, j: int) -> tuple[Tensor, Tensor | None]:
+    def _linear(self, state: Tensor, j: int, h: Tensor | None) -> Tensor:
+        """g_j = w_j h_{j-1} + b_j for every chain, ``(C, out_j, B)``; ``h`` None is the shared input."""
         layer = self.stack.layers[j]
         weight = state[:, layer.weight].view(-1, layer.out_features, layer.in_features)
-        return weight, (state[:, layer.bias] if layer.bias is not None else None)
-
-    def _linear(self, state: Tensor, j: int, h: Tensor | None) -> Tensor:
-        """g_j = h_{j-1} w_j^T + b_j for every chain; ``h`` None is the shared input."""
-        weight, bias = self._weights(state, j)
-        chains, out = weight.shape[:2]
+        bias = state[:, layer.bias, None] if layer.bias is not None else None
         if h is None:  # one GEMM for all chains, without copying x per chain
-            g = (self.x @ weight.reshape(chains * out, -1).T).view(-1, chains, out).transpose(0, 1)
-            return g if bias is None else g + bias[:, None, :]
-        if bias is None:
-            return torch.bmm(h, weight.transpose(1, 2))
-        return torch.baddbmm(bias[:, None, :], h, weight.transpose(1, 2))
+            g = (weight.reshape(-1, layer.in_features) @ self.xt).view(weight.shape[0], layer.out_features, -1)
+            return g if bias is None else g.add_(bias)
+        return torch.bmm(weight, h) if bias is None else torch.baddbmm(bias, weight, h)
 
     def _upward(self, state: Tensor, j: int, g: Tensor, h: Tensor | None) -> tuple[list[Tensor], list[Tensor]]:
         """Pre-activations of layers j.. and activations of layers j..L-2, from layer j's
@@ -311,38 +308,49 @@ class IncrementalTarget(BlockTarget):
             h = None
         return pres, posts
 
+    def _output_likelihood(self, g: Tensor) -> Tensor:
+        return self.reduce(self.log_likelihood(g.transpose(1, 2)))
+
     def _reset_likelihood(self, state: Tensor) -> Tensor:
         self.pre, self.post = self._upward(state, 0, self._linear(state, 0, None), None)
-        return self.reduce(self.log_likelihood(self.pre[-1]))
+        return self._output_likelihood(self.pre[-1])
 
     def _propose_likelihood(self, plan: BlockPlan, values: Tensor, delta: Tensor) -> Tensor:
         j = plan.layer
         if plan.node is None:  # not inside one node: recompute from layer j with the proposal
             proposed = self.state.clone()
             proposed[:, plan.members] = values
-            below = self.post[j - 1] if j > 0 else None
-            pres, posts = self._upward(proposed, j, self._linear(proposed, j, below), None)
+            pres, posts = self._upward(proposed, j, self._linear(proposed, j, self.post[j - 1] if j else None), None)
+            self._cache = (j, None, pres, posts)
+            return self._output_likelihood(pres[-1])
+        k, dw = plan.node, delta[:, plan.weight_pos]
+        if j == 0:
+            dg = dw @ self.xt[plan.columns]
         else:
-            k = plan.node
-            dw = delta[:, plan.weight_pos]
-            if j == 0:
-                dg = dw @ self.x[:, plan.columns].T
-            else:
-                dg = torch.bmm(self.post[j - 1][:, :, plan.columns], dw.unsqueeze(2)).squeeze(2)
-            if plan.bias_pos is not None:
-                dg = dg + delta[:, plan.bias_pos, None]
-            g = self.pre[j].clone()
-            g[:, :, k] += dg
-            h = None
-            if j < len(self.stack.layers) - 1:
-                h = self.post[j].clone()
-                h[:, :, k] = self.stack.activations[j](g[:, :, k])
-            pres, posts = self._upward(self.state, j, g, h)
-        self._cache = (j, pres, posts)
-        return self.reduce(self.log_likelihood(pres[-1]))
+            dg = torch.bmm(dw.unsqueeze(1), self.post[j - 1][:, plan.columns]).squeeze(1)
+        if plan.bias_pos is not None:
+            dg = dg + delta[:, plan.bias_pos, None]
+        column = self.pre[j][:, k] + dg  # (C, B): the only pre-activations of layer j that change
+        g = self.pre[j].clone()
+        g[:, k] = column
+        if j == len(self.stack.layers) - 1:
+            self._cache = (j, (k, column, None), [g], [])
+            return self._output_likelihood(g)
+        h_column = self.stack.activations[j](column)
+        h = self.post[j].clone()
+        h[:, k] = h_column
+        pres, posts = self._upward(self.state, j, g, h)
+        self._cache = (j, (k, column, h_column), pres, posts)
+        return self._output_likelihood(pres[-1])
 
     def _commit_likelihood(self, accept: Tensor) -> None:
-        j, pres, posts = self._cache
+        j, row, pres, posts = self._cache
+        if row is not None:  # layer j changed in node k only: update that row in place
+            k, column, h_column = row
+            self.pre[j][:, k] = torch.where(accept[:, None], column, self.pre[j][:, k])
+            if h_column is not None:
+                self.post[j][:, k] = torch.where(accept[:, None], h_column, self.post[j][:, k])
+            pres, posts, j = pres[1:], posts[1:], j + 1
         keep = accept[:, None, None]
         for l, g in enumerate(pres, start=j):
             self.pre[l] = torch.where(keep, g, self.pre[l])

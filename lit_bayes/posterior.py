@@ -99,7 +99,7 @@ class Categorical(Likelihood):
         """Log-probabilities of every class, shape ``(..., B, num_classes)``."""
         if output.shape[-1] != self.num_classes:
             raise ValueError(f"output has {output.shape[-1]} logits, Categorical expects num_classes={self.num_classes}")
-        return F.log_softmax(output, dim=-1)
+        return output - output.logsumexp(-1, keepdim=True)  # = log_softmax, several times faster on CPU
 
     def forward(self, output: Tensor, target: Tensor) -> Tensor:
         self.check_shapes(output, target)

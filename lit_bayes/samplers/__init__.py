@@ -1,7 +1,8 @@
 """Sampler LightningModules, one file per family."""
 from lit_bayes.samplers.base import SamplerModule
+from lit_bayes.samplers.block_gibbs import BlockGibbs
 from lit_bayes.samplers.hmc import HMC, MALA
 from lit_bayes.samplers.map import MAP
 from lit_bayes.samplers.sgmcmc import SGMCMC
 
-__all__ = ["HMC", "MALA", "MAP", "SGMCMC", "SamplerModule"]
+__all__ = ["BlockGibbs", "HMC", "MALA", "MAP", "SGMCMC", "SamplerModule"]

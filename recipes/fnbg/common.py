@@ -1,0 +1,65 @@
+"""Shared by the FNBG grid scripts: one fit through the lit-bayes CLI, per-chain accuracies."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from lightning.pytorch import LightningDataModule
+
+from lit_bayes.callbacks import PosteriorSamples, RunSummary
+from lit_bayes.cli import LitBayesCLI
+from lit_bayes.predictive import marginal_predictive, uniform_log_weights
+from lit_bayes.samplers import SamplerModule
+
+HERE = Path(__file__).resolve().parent
+RECIPES = HERE.parent
+
+
+def scaled(sweeps: int, batches_per_epoch: int) -> list[str]:
+    """Overrides for a run of ``sweeps`` sweeps with the paper's proportions (1/11 burn-in,
+    the last 10,000 draws or fewer)."""
+    burn_in = sweeps // 11
+    return ["--trainer.max_epochs", str(math.ceil(sweeps / batches_per_epoch)),
+            "--model.init_args.burn_in", str(burn_in), "--samples.max_draws", str(min(10_000, sweeps - burn_in))]
+
+
+def fit(config: Path, overrides: list[str], train_transform=None) -> LitBayesCLI:
+    """``lit-bayes fit -c config overrides`` then test; ``train_transform`` replaces the training images."""
+    cli = LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+                      save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, run=False,
+                      args=["-c", str(config), "--wandb", "false", "--trainer.enable_progress_bar", "false", *overrides])
+    if train_transform is not None:
+        cli.datamodule.train_transform = train_transform
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    cli.trainer.test(cli.model, datamodule=cli.datamodule)
+    return cli
+
+
+def summary(cli: LitBayesCLI) -> dict:
+    (writer,) = [c for c in cli.trainer.callbacks if isinstance(c, RunSummary)]
+    return json.loads(writer.path.read_text())
+
+
+@torch.no_grad()
+def chain_accuracies(cli: LitBayesCLI, last: int) -> list[float]:
+    """Test accuracy of every chain's own predictive: the mean of the probabilities of its
+    last ``last`` kept draws (FNBG Eq. 3.6 with the 1/v factor), argmax (Eq. 3.7)."""
+    (store,) = [c for c in cli.trainer.callbacks if isinstance(c, PosteriorSamples)]
+    sampler, trace = cli.model, store.trace()[:, -last:]
+    x, y = cli.datamodule.test_data.tensors
+    out = []
+    for chain in trace:
+        samples = sampler.chains.unflatten(chain.to(sampler.device))
+        predictive = marginal_predictive(sampler, samples, uniform_log_weights(len(chain), sampler.device),
+                                         x.to(sampler.device), chunk_size=64)
+        out.append(float((predictive.log_probs.argmax(-1).cpu() == y).float().mean()))
+    return out
+
+
+def show(title: str, header: list[str], rows: list[list]) -> None:
+    print(f"\n{title}")
+    print(" | ".join(f"{h:>14}" for h in header))
+    for row in rows:
+        print(" | ".join(f"{v:>14.4g}" if isinstance(v, float) else f"{str(v):>14}" for v in row))

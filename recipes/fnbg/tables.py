@@ -1,0 +1,99 @@
+"""FNBG MNIST/FMNIST grids (spec fnbg.md §4): run them and print ours beside the paper's.
+
+    python recipes/fnbg/tables.py batch         # Table 2 accuracy + Tables 5/6 acceptance by layer
+    python recipes/fnbg/tables.py length        # Table 3: accuracy from the last 1K/10K/20K/30K draws
+    python recipes/fnbg/tables.py augment       # Table 4: rotated / blurred / inverted training sets
+    ... --sweeps 2200 for a short run (paper: 110,000), --datasets mnist, --root data, --out runs/fnbg
+
+Each cell is one chain of recipes/fnbg/mnist_fnbg.yaml (batch size B: floor(60000 / B) batches
+per epoch, as in the reference code). Writes <out>/<grid>.json with every cell and the paper's value.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torchvision.transforms as T
+from common import HERE, chain_accuracies, fit, scaled, show, summary
+
+CONFIG = HERE / "mnist_fnbg.yaml"
+VARIANCES = {600: [5e-2, 5e-4, 5e-4, 5e-5], 1800: [2e-2, 2e-4, 2e-4, 2e-5],
+             3000: [1e-2, 1e-4, 1e-4, 1e-5], 4200: [1e-2, 1e-4, 1e-4, 1e-5]}  # Table 5 (variances)
+TABLE2 = {"mnist": {600: 85.99, 1800: 89.01, 3000: 90.75, 4200: 90.43},
+          "fashion_mnist": {600: 71.50, 1800: 80.07, 3000: 80.89, 4200: 79.17}}
+ACCEPT = {"mnist": {600: [45.56, 26.43, 26.28, 29.18], 1800: [41.41, 30.68, 31.92, 35.66],  # Table 5
+                    3000: [54.95, 45.73, 44.98, 51.54], 4200: [31.68, 20.17, 19.76, 22.22]},
+          "fashion_mnist": {600: [47.86, 34.61, 32.99, 37.73], 1800: [60.34, 46.78, 45.91, 52.07],  # Table 6
+                            3000: [66.94, 57.40, 58.48, 64.64], 4200: [55.28, 47.10, 47.19, 52.75]}}
+TABLE3 = {"mnist": {1000: 88.31, 10000: 90.75, 20000: 91.12, 30000: 91.20},
+          "fashion_mnist": {1000: 78.93, 10000: 80.89, 20000: 81.36, 30000: 81.53}}
+TABLE4 = {"mnist": {"none": 90.75, "rotation": 86.19, "blur": 85.66, "inversion": 36.87},
+          "fashion_mnist": {"none": 80.89, "rotation": 6.62, "blur": 7.46, "inversion": 8.61}}
+AUGMENT = {"none": None, "rotation": T.RandomRotation((-30, 30)),
+           "blur": T.RandomApply([T.GaussianBlur((9, 9), (1.0, 1.5))], p=0.9), "inversion": T.RandomInvert(p=0.5)}
+
+
+def run(dataset: str, batch: int, sweeps: int, args, extra=(), transform=None):
+    per_epoch = 60_000 // batch
+    overrides = ["--data.init_args.name", dataset, "--data.init_args.root", args.root,
+                 "--data.init_args.batch_size", str(batch), "--trainer.limit_train_batches", str(per_epoch),
+                 "--model.init_args.proposal_variance", json.dumps(VARIANCES[batch]),
+                 "--trainer.default_root_dir", str(Path(args.out) / dataset / str(batch)), *scaled(sweeps, per_epoch),
+                 *extra]
+    return fit(CONFIG, overrides, transform)
+
+
+def batch_grid(args) -> list[dict]:
+    cells = []
+    for dataset in args.datasets:
+        for batch in VARIANCES:
+            metrics = summary(run(dataset, batch, args.sweeps, args))["metrics"]
+            ours = [100 * metrics[f"accept/layer_net.layers.{j}"] for j in range(4)]
+            cells.append({"dataset": dataset, "batch": batch, "accuracy": 100 * metrics["test/accuracy"],
+                          "paper_accuracy": TABLE2[dataset][batch], "accept": ours, "paper_accept": ACCEPT[dataset][batch]})
+    show("Table 2 (accuracy %) and Tables 5/6 (acceptance % by layer), ours / paper",
+         ["dataset", "batch", "accuracy", "paper", "accept L1", "paper L1", "accept L4", "paper L4"],
+         [[c["dataset"], c["batch"], c["accuracy"], c["paper_accuracy"], c["accept"][0], c["paper_accept"][0],
+           c["accept"][3], c["paper_accept"][3]] for c in cells])
+    return cells
+
+
+def length_grid(args) -> list[dict]:
+    cells = []
+    for dataset in args.datasets:
+        draws = min(30_000, args.sweeps - args.sweeps // 11)
+        cli = run(dataset, 3000, args.sweeps, args, extra=["--samples.max_draws", str(draws)])
+        for last, paper in TABLE3[dataset].items():
+            cells.append({"dataset": dataset, "last": min(last, draws), "paper_last": last,
+                          "accuracy": 100 * chain_accuracies(cli, min(last, draws))[0], "paper_accuracy": paper})
+    show("Table 3 (accuracy % from the last draws), ours / paper", ["dataset", "draws", "accuracy", "paper draws", "paper"],
+         [[c["dataset"], c["last"], c["accuracy"], c["paper_last"], c["paper_accuracy"]] for c in cells])
+    return cells
+
+
+def augment_grid(args) -> list[dict]:
+    cells = []
+    for dataset in args.datasets:
+        for name, transform in AUGMENT.items():
+            metrics = summary(run(dataset, 3000, args.sweeps, args, transform=transform))["metrics"]
+            cells.append({"dataset": dataset, "augmentation": name, "accuracy": 100 * metrics["test/accuracy"],
+                          "paper_accuracy": TABLE4[dataset][name]})
+    show("Table 4 (accuracy % on the untransformed test set), ours / paper", ["dataset", "augmentation", "accuracy", "paper"],
+         [[c["dataset"], c["augmentation"], c["accuracy"], c["paper_accuracy"]] for c in cells])
+    return cells
+
+
+GRIDS = {"batch": batch_grid, "length": length_grid, "augment": augment_grid}
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("grid", choices=sorted(GRIDS))
+    parser.add_argument("--sweeps", type=int, default=110_000)
+    parser.add_argument("--datasets", nargs="+", default=["mnist", "fashion_mnist"], choices=["mnist", "fashion_mnist"])
+    parser.add_argument("--root", default="data")
+    parser.add_argument("--out", default="runs/fnbg")
+    arguments = parser.parse_args()
+    results = GRIDS[arguments.grid](arguments)
+    Path(arguments.out).mkdir(parents=True, exist_ok=True)
+    (Path(arguments.out) / f"{arguments.grid}.json").write_text(json.dumps(results, indent=2))
