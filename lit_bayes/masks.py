@@ -47,7 +47,9 @@ class MaskLaw:
         if name not in MASK_LAWS:
             raise ValueError(f"mask must be one of {', '.join(map(repr, MASK_LAWS))}, got {name!r}")
         if isinstance(keep_prob, bool) or not isinstance(keep_prob, (int, float)) or not 0.0 < keep_prob <= 1.0:
-            raise ValueError(f"keep_prob (ρ, the probability of keeping a group) must lie in (0, 1], got {keep_prob!r}")
+            raise ValueError(
+                f"keep_prob (ρ, the probability of keeping a group) must lie in (0, 1], got {keep_prob!r}"
+            )
         self.name = name
         self.keep_prob = float(keep_prob)
 
@@ -77,7 +79,9 @@ class MaskLaw:
         return (draws < self.keep_prob).to(dtype) if self.name == "bernoulli" else draws
 
     def __repr__(self) -> str:
-        return f"MaskLaw({self.name!r}, keep_prob={self.keep_prob:g})" if self.name == "bernoulli" else f"MaskLaw({self.name!r})"
+        if self.name == "bernoulli":
+            return f"MaskLaw({self.name!r}, keep_prob={self.keep_prob:g})"
+        return f"MaskLaw({self.name!r})"
 
 
 def structured_masks(num_groups: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Tensor:

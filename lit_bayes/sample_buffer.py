@@ -23,7 +23,11 @@ __all__ = ["SampleBuffer"]
 
 
 class SampleBuffer(nn.Module):
-    """A ring buffer ``(num_chains, capacity, num_params)`` of past flat chain states.
+    """A ring buffer of ``capacity`` past flat states of each of ``num_chains`` chains.
+
+    ``samples`` has shape ``(num_chains, num_params, capacity)``: the states of one
+    parameter lie side by side, so a draw with a different past index for every group
+    (every parameter, when fully factorised) reads memory locally.
 
     Args:
         num_chains: C, chains stored side by side.
@@ -35,16 +39,16 @@ class SampleBuffer(nn.Module):
     def __init__(self, num_chains: int, num_params: int, capacity: int,
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
         super().__init__()
-        for name, value in (("num_chains", num_chains), ("num_params", num_params), ("buffer_size", capacity)):
+        for name, value in (("num_chains", num_chains), ("num_params", num_params), ("capacity", capacity)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.register_buffer("samples", torch.zeros(num_chains, capacity, num_params, dtype=dtype, device=device))
+        self.register_buffer("samples", torch.zeros(num_chains, num_params, capacity, dtype=dtype, device=device))
         self.register_buffer("count", torch.zeros((), dtype=torch.long, device=device))
         self.register_buffer("position", torch.zeros((), dtype=torch.long, device=device))
 
     @property
     def capacity(self) -> int:
-        return self.samples.shape[1]
+        return self.samples.shape[2]
 
     def __len__(self) -> int:
         """Number of states stored per chain."""
@@ -53,10 +57,10 @@ class SampleBuffer(nn.Module):
     @torch.no_grad()
     def push(self, flat: Tensor) -> None:
         """Store a copy of the current states ``(num_chains, num_params)``."""
-        expected = (self.samples.shape[0], self.samples.shape[2])
+        expected = tuple(self.samples.shape[:2])
         if tuple(flat.shape) != expected:
             raise ValueError(f"flat must have shape {expected} (chains, parameters), got {tuple(flat.shape)}")
-        self.samples[:, int(self.position)] = flat.detach()
+        self.samples[..., int(self.position)] = flat.detach()
         self.position.copy_((self.position + 1) % self.capacity)
         self.count.clamp_(max=self.capacity - 1).add_(1)
 
@@ -68,15 +72,17 @@ class SampleBuffer(nn.Module):
 
     @torch.no_grad()
     def draw(self, group_ids: Tensor, num_groups: int, num_draws: int, generator: torch.Generator) -> Tensor:
-        """``num_draws`` samples θ̃ per chain, shape ``(num_chains, num_draws, num_params)``.
+        """``num_draws`` samples θ̃ per chain, shape ``(num_chains, num_draws, num_params)``
+        (a transposed view of a fresh tensor).
 
-        Group g of draw k of chain c is copied from stored state ``I[c, k, g]``, with all
+        Group g of draw k of chain c is copied from stored state ``I[c, g, k]``, with all
         ``I`` i.i.d. uniform over the stored states (one independent past index per group).
         ``group_ids`` ``(num_params,)`` gives each flat parameter's group in ``[0, num_groups)``.
         """
         stored = len(self)
         if stored == 0:
             raise RuntimeError("the sample buffer is empty: push a state before drawing from it")
-        chains = self.samples.shape[0]
-        index = torch.randint(stored, (chains, num_draws, num_groups), generator=generator, device=self.samples.device)
-        return torch.gather(self.samples, 1, index[..., group_ids])
+        chains, num_params, _ = self.samples.shape
+        index = torch.randint(stored, (chains, num_groups, num_draws), generator=generator, device=self.samples.device)
+        per_param = torch.gather(index, 1, group_ids.view(1, -1, 1).expand(chains, num_params, num_draws))
+        return torch.gather(self.samples, 2, per_param).transpose(1, 2)

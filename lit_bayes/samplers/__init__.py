@@ -4,5 +4,6 @@ from lit_bayes.samplers.block_gibbs import BlockGibbs
 from lit_bayes.samplers.hmc import HMC, MALA
 from lit_bayes.samplers.map import MAP
 from lit_bayes.samplers.sgmcmc import SGMCMC
+from lit_bayes.samplers.structured_sgmcmc import StructuredSGMCMC
 
-__all__ = ["BlockGibbs", "HMC", "MALA", "MAP", "SGMCMC", "SamplerModule"]
+__all__ = ["BlockGibbs", "HMC", "MALA", "MAP", "SGMCMC", "SamplerModule", "StructuredSGMCMC"]

@@ -70,17 +70,26 @@ class SGMCMC(SamplerModule):
             self.chains.parameters(), lr=self.schedule(0), generator=self.make_generator(), **self.stepper_options
         )
 
+    def step_energy(self, x: torch.Tensor, y: torch.Tensor, step: int) -> torch.Tensor:
+        """Per-chain energy ``(C,)`` whose gradient drives step ``step`` (subclasses change it)."""
+        return self.energy(self.chains.as_dict(), x, y)
+
+    def after_step(self, step: int) -> None:
+        """Called once every chain has moved at step ``step`` (subclasses use it)."""
+
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = self.check_batch(batch)
+        step = self.global_step
         stepper = self.optimizers()
-        step_size = self.schedule(self.global_step)
+        step_size = self.schedule(step)
         for group in stepper.param_groups:
             group["lr"] = step_size
         stepper.zero_grad()
-        energy = self.energy(self.chains.as_dict(), x, y)
+        energy = self.step_energy(x, y, step)
         self.check_energy(energy)
         self.manual_backward(energy.sum())
         stepper.step()
+        self.after_step(step)
         self.log("step_size", step_size, prog_bar=True, on_step=True, on_epoch=False)
         self.log("train/energy", energy.detach().mean(), prog_bar=True, on_step=True, on_epoch=False)
         return energy.detach()
