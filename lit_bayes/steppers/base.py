@@ -27,6 +27,22 @@ class NoisyStepper(Optimizer):
         super().__init__(params, defaults)
         self.generator = generator
 
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One transition of every parameter group (``update_group``); ``closure``, if
+        given, re-evaluates the energy with gradients and its value is returned."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            self.update_group(group)
+        return loss
+
+    def update_group(self, group: dict) -> None:
+        """Move the parameters of ``group`` given their gradients (the update rule)."""
+        raise NotImplementedError
+
     def noise_like(self, p: Tensor) -> Tensor:
         """Standard normal noise shaped like ``p``, from this stepper's generator."""
         return torch.randn(p.shape, generator=self.generator, device=p.device, dtype=p.dtype)

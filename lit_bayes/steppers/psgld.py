@@ -46,24 +46,17 @@ class PSGLD(NoisyStepper):
         defaults = {"lr": lr, "alpha": alpha, "eps_precond": eps_precond, "adapt_steps": adapt_steps}
         super().__init__(params, defaults, generator)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            eps, alpha, lam, adapt = group["lr"], group["alpha"], group["eps_precond"], group["adapt_steps"]
-            for p in self.params_with_grad(group):
-                state = self.state[p]
-                if "square_avg" not in state:
-                    state["square_avg"] = p.grad * p.grad
-                    state["step"] = torch.zeros((), dtype=torch.long)
-                v = state["square_avg"]
-                if adapt is None or state["step"] < adapt:
-                    v.mul_(alpha).addcmul_(p.grad, p.grad, value=1.0 - alpha)
-                state["step"] += 1
-                precond = 1.0 / (lam + v.sqrt())
-                p.addcmul_(precond, p.grad, value=-0.5 * eps)
-                p.add_(self.noise_like(p) * (eps * precond).sqrt())
-        return loss
+    def update_group(self, group: dict) -> None:
+        eps, alpha, lam, adapt = group["lr"], group["alpha"], group["eps_precond"], group["adapt_steps"]
+        for p in self.params_with_grad(group):
+            state = self.state[p]
+            if "square_avg" not in state:
+                state["square_avg"] = p.grad * p.grad
+                state["step"] = torch.zeros((), dtype=torch.long)
+            v = state["square_avg"]
+            if adapt is None or state["step"] < adapt:
+                v.mul_(alpha).addcmul_(p.grad, p.grad, value=1.0 - alpha)
+            state["step"] += 1
+            precond = 1.0 / (lam + v.sqrt())
+            p.addcmul_(precond, p.grad, value=-0.5 * eps)
+            p.add_(self.noise_like(p) * (eps * precond).sqrt())

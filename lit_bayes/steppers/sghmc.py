@@ -37,24 +37,17 @@ class SGHMC(NoisyStepper):
             raise ValueError(f"noise_estimate must be >= 0, got {noise_estimate!r}")
         super().__init__(params, {"lr": lr, "friction": friction, "noise_estimate": noise_estimate}, generator)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            eps, gamma, v_hat = group["lr"], group["friction"], group["noise_estimate"]
-            if not gamma * eps < 1:
-                raise ValueError(f"friction * lr must be < 1 for SGHMC, got {gamma} * {eps:g} = {gamma * eps:g}")
-            if not gamma - 0.5 * eps * v_hat > 0:
-                raise ValueError(f"noise_estimate * lr / 2 must be < friction, got {v_hat:g} * {eps:g} / 2 >= {gamma:g}")
-            noise_std = (2.0 * (gamma - 0.5 * eps * v_hat) * eps) ** 0.5
-            for p in self.params_with_grad(group):
-                state = self.state[p]
-                if "momentum" not in state:
-                    state["momentum"] = torch.zeros_like(p)
-                m = state["momentum"]
-                m.mul_(1.0 - gamma * eps).add_(p.grad, alpha=-eps).add_(self.noise_like(p), alpha=noise_std)
-                p.add_(m, alpha=eps)
-        return loss
+    def update_group(self, group: dict) -> None:
+        eps, gamma, v_hat = group["lr"], group["friction"], group["noise_estimate"]
+        if not gamma * eps < 1:
+            raise ValueError(f"friction * lr must be < 1 for SGHMC, got {gamma} * {eps:g} = {gamma * eps:g}")
+        if not gamma - 0.5 * eps * v_hat > 0:
+            raise ValueError(f"noise_estimate * lr / 2 must be < friction, got {v_hat:g} * {eps:g} / 2 >= {gamma:g}")
+        noise_std = (2.0 * (gamma - 0.5 * eps * v_hat) * eps) ** 0.5
+        for p in self.params_with_grad(group):
+            state = self.state[p]
+            if "momentum" not in state:
+                state["momentum"] = torch.zeros_like(p)
+            m = state["momentum"]
+            m.mul_(1.0 - gamma * eps).add_(p.grad, alpha=-eps).add_(self.noise_like(p), alpha=noise_std)
+            p.add_(m, alpha=eps)

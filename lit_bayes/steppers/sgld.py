@@ -20,14 +20,7 @@ class SGLD(NoisyStepper):
     def __init__(self, params: Iterable, lr: float, generator: torch.Generator | None = None) -> None:
         super().__init__(params, {"lr": lr}, generator)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            eps = group["lr"]
-            for p in self.params_with_grad(group):
-                p.add_(p.grad, alpha=-0.5 * eps).add_(self.noise_like(p), alpha=eps**0.5)
-        return loss
+    def update_group(self, group: dict) -> None:
+        eps = group["lr"]
+        for p in self.params_with_grad(group):
+            p.add_(p.grad, alpha=-0.5 * eps).add_(self.noise_like(p), alpha=eps**0.5)
