@@ -1,70 +1,110 @@
-"""FNBG sweep cost: incremental (cached activations) vs naive full-forward, and chains/second.
+"""FNBG sweep cost in forward-equivalents (issue 8 targets), incremental vs naive path.
 
-MLP(784, 10, 10, 10, 10) with beta_1 = 10 (130 blocks: 100 of 79/78 parameters, 30 of 11),
-batch 3000 of random inputs, the Table 5 variances for B = 3000. Both paths run in the same
-process on the same data; the ratio is what matters. Run: ``python benchmarks/block_gibbs.py``
-(``--sweeps`` per measurement, ``--chains`` and ``--naive-chains`` to list, ``--threads``).
+MLP(784, 10, 10, 10, 10), sigmoid, batch 3000 of random inputs, Table 5's per-layer
+variances for B = 3000. One *forward-equivalent* is the median time, measured in the same
+process, of one ``model(x)`` plus ``F.cross_entropy(..., reduction="sum")`` of the batch on a
+single network. A sweep's cost is reported in those units: for one chain the whole sweep,
+for 8 and 32 chains per chain (sweep time / chains). Two splits: beta_1 = 10 (130 blocks,
+the paper's) and ``subblock_size=10`` in layer 1 (810 blocks, the reference code's).
+
+Targets (issue 8): one chain <= 30 (130 blocks), <= 120 (810 blocks); 32 chains <= 6 and
+<= 30 per chain. Timings depend on the machine and its load: nothing here asserts on time.
+Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
+``--chains``, ``--threads``, ``--no-naive``).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 import torch
+import torch.nn.functional as F
 
 from lit_bayes import Categorical, GaussianPrior
 from lit_bayes.models import MLP
 from lit_bayes.samplers.block_gibbs import BlockGibbs
 
 BATCH, WIDTHS, VARIANCES = 3000, [784, 10, 10, 10, 10], [1e-2, 1e-4, 1e-4, 1e-5]
+SPLITS = {
+    "130": {"beta": [10, 1, 1, 1]},
+    "810": {"subblock_size": [10, None, None, None]},
+}
+TARGETS = {("130", 1): 30.0, ("810", 1): 120.0, ("130", 32): 6.0, ("810", 32): 30.0}
 
 
-def seconds_per_sweep(num_chains: int, incremental: bool, sweeps: int) -> tuple[float, float]:
-    """Mean wall time of one sweep (block plans built beforehand) and the acceptance rate."""
-    sampler = BlockGibbs(MLP(WIDTHS), Categorical(10), GaussianPrior(10.0), blocks="finer_node", beta=[10, 1, 1, 1],
+def data() -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    return torch.randn(BATCH, WIDTHS[0], generator=gen), torch.randint(10, (BATCH,), generator=gen)
+
+
+@torch.no_grad()
+def forward_seconds(x: torch.Tensor, y: torch.Tensor, repeats: int) -> float:
+    """Median time of one full forward pass + summed cross-entropy, one network."""
+    model = MLP(WIDTHS, activation="sigmoid")
+    times = []
+    for i in range(repeats + 3):
+        start = time.perf_counter()
+        F.cross_entropy(model(x), y, reduction="sum")
+        if i >= 3:  # warm-up calls not counted
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def seconds_per_sweep(split: str, num_chains: int, incremental: bool, sweeps: int,
+                      x: torch.Tensor, y: torch.Tensor) -> tuple[float, int, float]:
+    """Median wall time of one sweep after one warm-up sweep, the block count, the acceptance rate."""
+    sampler = BlockGibbs(MLP(WIDTHS), Categorical(10), GaussianPrior(10.0), blocks="finer_node", **SPLITS[split],
                          proposal_variance=VARIANCES, incremental=incremental, num_chains=num_chains, seed=0)
     sampler.setup("fit")
     stepper = sampler.configure_optimizers()
-    data = torch.Generator().manual_seed(1)
-    x, y = torch.randn(BATCH, WIDTHS[0], generator=data), torch.randint(10, (BATCH,), generator=data)
     sampler.layout()
-    start = time.perf_counter()
+    stepper.step(lambda: sampler.block_target(x, y))  # warm-up
+    times = []
     for _ in range(sweeps):
+        start = time.perf_counter()
         stepper.step(lambda: sampler.block_target(x, y))
-    elapsed = (time.perf_counter() - start) / sweeps
+        times.append(time.perf_counter() - start)
     accepted, proposed = stepper.acceptance()
-    return elapsed, float(accepted.mean()) / proposed
+    return statistics.median(times), sampler.partition.num_blocks, float(accepted.mean()) / proposed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sweeps", type=int, default=2)
-    parser.add_argument("--chains", type=int, nargs="+", default=[1, 10, 100])
-    parser.add_argument("--naive-chains", type=int, nargs="+", default=[1, 10])
+    parser.add_argument("--sweeps", type=int, default=2, help="timed sweeps per measurement (after one warm-up)")
+    parser.add_argument("--chains", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--forward-repeats", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-naive", action="store_true", help="skip the naive reference (1 chain, 130 blocks)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    blocks = BlockGibbs(MLP(WIDTHS), Categorical(10), blocks="finer_node", beta=[10, 1, 1, 1]).partition.num_blocks
-    print(f"MLP{tuple(WIDTHS)}, {blocks} blocks, batch {BATCH}, {args.threads} threads, {args.sweeps} sweeps each")
-    print(f"{'chains':>6} {'path':>11} {'s/sweep':>9} {'chain-sweeps/s':>15} {'accept':>7}")
+    x, y = data()
+    fwd = forward_seconds(x, y, args.forward_repeats)
+    print(f"MLP{tuple(WIDTHS)} sigmoid, batch {BATCH}, {args.threads} threads, median of {args.sweeps} sweeps "
+          f"after 1 warm-up; 1 forward-equivalent = {fwd * 1e3:.3f} ms (median of {args.forward_repeats})")
+    print(f"{'blocks':>6} {'chains':>6} {'path':>11} {'s/sweep':>9} {'fwd-eq/chain':>13} {'target':>7} {'accept':>7}")
     rows = []
-    for chains in args.chains:
-        for incremental in (True, False):
-            if not incremental and chains not in args.naive_chains:
-                continue
-            sec, rate = seconds_per_sweep(chains, incremental, args.sweeps)
-            path = "incremental" if incremental else "naive"
-            rows.append({"chains": chains, "path": path, "s_per_sweep": sec, "chain_sweeps_per_s": chains / sec})
-            print(f"{chains:>6} {path:>11} {sec:>9.4f} {chains / sec:>15.2f} {rate:>7.3f}")
-    speedups = {}
-    for row in rows:
-        if row["path"] == "naive":
-            fast = next(r for r in rows if r["chains"] == row["chains"] and r["path"] == "incremental")
-            speedups[str(row["chains"])] = row["s_per_sweep"] / fast["s_per_sweep"]
-            print(f"speed-up (naive / incremental), {row['chains']} chains: {speedups[str(row['chains'])]:.1f}x")
-    print(json.dumps({"benchmark": "block_gibbs", "blocks": blocks, "batch": BATCH, "threads": args.threads,
-                      "sweeps": args.sweeps, "rows": rows, "speedup_naive_over_incremental": speedups}))
+    runs = [(split, chains, True) for split in SPLITS for chains in args.chains]
+    if not args.no_naive:
+        runs.append(("130", 1, False))
+    for split, chains, incremental in runs:
+        sec, blocks, rate = seconds_per_sweep(split, chains, incremental, args.sweeps, x, y)
+        per_chain = sec / chains / fwd
+        target = TARGETS.get((split, chains)) if incremental else None
+        path = "incremental" if incremental else "naive"
+        rows.append({"blocks": blocks, "chains": chains, "path": path, "s_per_sweep": sec,
+                     "fwd_equiv_per_chain": per_chain, "target": target, "accept": rate})
+        shown = "-" if target is None else f"<= {target:g}"
+        print(f"{blocks:>6} {chains:>6} {path:>11} {sec:>9.4f} {per_chain:>13.1f} {shown:>7} {rate:>7.3f}")
+    ratio = None
+    naive = next((r for r in rows if r["path"] == "naive"), None)
+    fast = next((r for r in rows if r["path"] == "incremental" and r["blocks"] == 130 and r["chains"] == 1), None)
+    if naive and fast:
+        ratio = naive["s_per_sweep"] / fast["s_per_sweep"]
+        print(f"naive / incremental, 1 chain, 130 blocks: {ratio:.1f}x")
+    print(json.dumps({"benchmark": "block_gibbs", "batch": BATCH, "threads": args.threads, "sweeps": args.sweeps,
+                      "forward_equivalent_s": fwd, "rows": rows, "naive_over_incremental_1chain_130": ratio}))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """2-process ChainParallel runs on CPU (gloo), launched by tests/test_ddp.py.
 
-``python -m tests.ddp_run ROOT sgld``: SGLD chains; rank 0 writes the gathered initial
-states, samples, metrics and diagnostics to ``ROOT/result.pt``.
+``python -m tests.ddp_run ROOT sgld`` (or ``gibbs``): SGLD (or node-blocked Gibbs) chains;
+rank 0 writes the gathered initial states, samples, metrics and diagnostics to
+``ROOT/result.pt``.
 ``python -m tests.ddp_run ROOT map``: one plain SGD step per process, compared with the
 same step computed without DDP (gradients must stay local); result in ``ROOT/result.pt``.
 """
@@ -13,7 +14,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from lit_bayes import MAP, SGMCMC, Gaussian, GaussianPrior
+from lit_bayes import MAP, SGMCMC, BlockGibbs, Gaussian, GaussianPrior
 from lit_bayes.callbacks import ChainDiagnostics, PosteriorSamples, PredictiveMarginal, UncertaintyMetrics
 from lit_bayes.data import LinearRegression
 from lit_bayes.predictive import posterior_samples
@@ -66,8 +67,12 @@ def main(root: str, kind: str) -> None:
         sampler = MAP(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), optimizer="sgd", lr=0.1, num_chains=2)
         L.Trainer(max_steps=1, callbacks=[RecordLocalStep()], limit_val_batches=0, **common).fit(sampler, datamodule=data)
         return
-    sampler = SGMCMC(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), stepper="sgld", step_size=1e-3,
-                     num_chains=2, burn_in=10, thinning=2, seed=7)
+    if kind == "gibbs":
+        sampler = BlockGibbs(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), blocks="node",
+                             proposal_variance=0.01, num_chains=2, burn_in=10, thinning=2, seed=7)
+    else:
+        sampler = SGMCMC(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), stepper="sgld", step_size=1e-3,
+                         num_chains=2, burn_in=10, thinning=2, seed=7)
     callbacks = [PosteriorSamples(max_draws=50), PredictiveMarginal(), UncertaintyMetrics(), ChainDiagnostics(),
                  RecordSampling()]
     trainer = L.Trainer(max_epochs=20, callbacks=callbacks, **common)

@@ -1,0 +1,53 @@
+"""Every sampler runs on CUDA (skipped without a GPU; see tests/conftest.py)."""
+import lightning as L
+import pytest
+import torch
+from torch import nn
+
+from lit_bayes import HMC, MALA, MAP, SGMCMC, BlockGibbs, Gaussian, GaussianPrior, StructuredSGMCMC
+from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, UncertaintyMetrics
+from lit_bayes.data import LinearRegression
+from lit_bayes.predictive import marginal_predictive
+
+pytestmark = pytest.mark.gpu
+
+SAMPLERS = {
+    "sgld": lambda: SGMCMC(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), stepper="sgld", step_size=1e-3,
+                           num_chains=4, burn_in=5),
+    "psgld": lambda: SGMCMC(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), stepper="psgld", step_size=1e-3,
+                            num_chains=4, burn_in=5),
+    "sghmc": lambda: SGMCMC(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), stepper="sghmc", step_size=1e-2,
+                            num_chains=4, burn_in=5),
+    "map": lambda: MAP(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), num_chains=2),
+    "hmc": lambda: HMC(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), num_chains=4, burn_in=5),
+    "mala": lambda: MALA(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), num_chains=4, burn_in=5),
+    "block_gibbs": lambda: BlockGibbs(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), num_chains=4, burn_in=5),
+    "structured": lambda: StructuredSGMCMC(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), step_size=1e-3,
+                                           mode="dropout", partition="fully_factorised", num_chains=4, burn_in=5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_sampler_runs_on_cuda(name, tmp_path):
+    sampler = SAMPLERS[name]()
+    data = LinearRegression(num_train=64, num_val=16, num_test=16, batch_size=None, seed=0)
+    trainer = L.Trainer(accelerator="gpu", devices=1, max_steps=20, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, callbacks=[PosteriorSamples(), PredictiveMarginal(),
+                                                              UncertaintyMetrics()], default_root_dir=tmp_path)
+    trainer.fit(sampler, datamodule=data)
+    assert sampler.chains.flat().is_cuda and torch.isfinite(sampler.chains.flat()).all()
+    metrics = trainer.test(sampler, datamodule=data, verbose=False)[0]
+    assert torch.isfinite(torch.tensor(metrics["test/nlpd"]))
+
+
+def test_predictive_marginal_on_cuda_equals_cpu():
+    sampler = SAMPLERS["sgld"]()
+    generator = torch.Generator().manual_seed(0)
+    samples = {"net.weight": torch.randn(64, 1, 3, generator=generator), "net.bias": torch.randn(64, 1, generator=generator)}
+    log_weights = torch.full((64,), -torch.log(torch.tensor(64.0)))
+    x, y = torch.randn(100, 3, generator=generator), torch.randn(100, generator=generator)
+    cpu = marginal_predictive(sampler, samples, log_weights, x, y)
+    sampler.cuda()
+    gpu = marginal_predictive(sampler, {n: p.cuda() for n, p in samples.items()}, log_weights.cuda(), x.cuda(), y.cuda())
+    torch.testing.assert_close(gpu.log_prob_target.cpu(), cpu.log_prob_target, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gpu.mean.cpu(), cpu.mean, rtol=1e-5, atol=1e-5)
