@@ -17,6 +17,7 @@ from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from lit_bayes.callbacks.acceptance_monitor import AcceptanceMonitor
 from lit_bayes.callbacks.chain_diagnostics import ChainDiagnostics
 
 __all__ = [
@@ -163,7 +164,8 @@ class DiagnosticPlots(Callback):
 
     - At test end (classification): ``reliability_diagram.png`` and ``uncertain_points.png`` from
       the test predictive that :class:`PredictiveMarginal` hands over (gathered on CPU).
-    - At fit end: ``traces.png`` from the traces of a :class:`ChainDiagnostics` in ``trainer.callbacks``.
+    - At fit end: ``traces.png`` from the traces of a :class:`ChainDiagnostics` in ``trainer.callbacks``,
+      and ``acceptance.png`` (post-burn-in rate per layer) from an :class:`AcceptanceMonitor`.
 
     Only the global-zero process writes; under DDP it plots the test points of its own shard.
 
@@ -209,3 +211,7 @@ class DiagnosticPlots(Callback):
         traces = diagnostics.traces() if diagnostics is not None else {}
         if traces and trainer.is_global_zero:
             self._save(trainer, "traces", trace_plot(traces))
+        monitor = next((c for c in trainer.callbacks if isinstance(c, AcceptanceMonitor)), None)
+        rates = monitor.rates()["layer"] if monitor is not None else {}
+        if rates and trainer.is_global_zero:
+            self._save(trainer, "acceptance", acceptance_plot(rates))

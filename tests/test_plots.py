@@ -111,3 +111,16 @@ def test_callback_writes_pngs_next_to_summary_in_a_fit_and_test_run(tmp_path):
     for name in ("reliability_diagram", "uncertain_points", "traces"):
         assert matplotlib.image.imread(log_dir / f"{name}.png").ndim == 3
     assert list(log_dir.glob("events.out.tfevents.*"))
+
+
+def test_acceptance_plot_written_for_mh_samplers(tmp_path):
+    from lit_bayes import HMC, Gaussian, GaussianPrior
+    from lit_bayes.callbacks import AcceptanceMonitor, DiagnosticPlots
+    from lit_bayes.data import LinearRegression
+
+    sampler = HMC(torch.nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), num_chains=2, burn_in=3)
+    trainer = L.Trainer(max_steps=8, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
+                        callbacks=[AcceptanceMonitor(), DiagnosticPlots()])
+    trainer.fit(sampler, datamodule=LinearRegression(num_train=32, num_val=8, num_test=8, batch_size=None))
+    assert (tmp_path / "acceptance.png").stat().st_size > 0
