@@ -138,6 +138,7 @@ class ChainDiagnostics(Callback):
             name: trace
             for name, trace in traces.items()
             if trace.shape[0] >= 2 and trace.shape[1] >= MIN_DRAWS and torch.isfinite(trace).all()
+            and bool((trace.std(dim=1) > 0).all())  # a chain that never moved has no IAT or R-hat
         }
         if not usable:
             return {}

@@ -120,6 +120,8 @@ def integrated_autocorrelation_time(trace: Trace) -> Result:
     x = x - x.mean(axis=1, keepdims=True)
     spectrum = np.fft.rfft(x, n=2 * draws, axis=1)
     autocov = np.fft.irfft(spectrum * spectrum.conj(), axis=1)[:, :draws] / draws
+    if (autocov[:, 0] == 0).any():
+        raise ValueError("trace has a chain that never moves (zero variance): its autocorrelation time is undefined")
     rho = (autocov / autocov[:, :1]).mean(axis=0)
     taus = 2.0 * np.cumsum(rho, axis=0) - 1.0
     in_window = np.arange(draws)[:, None] >= SOKAL_WINDOW_C * taus

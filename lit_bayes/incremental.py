@@ -83,6 +83,9 @@ def _stack_modules(model: nn.Module) -> tuple[list[nn.Linear], list[nn.Module], 
         linears, acts = mods[0::2], mods[1::2]
         if linears and all(isinstance(m, nn.Linear) for m in linears) and len(acts) == len(linears) - 1 \
                 and all(isinstance(a, ELEMENTWISE) for a in acts):
+            inplace = [type(a).__name__ for a in acts if getattr(a, "inplace", False)]
+            if inplace:  # they would overwrite the cached pre-activations
+                raise ValueError(f"incremental evaluation needs out-of-place activations, got inplace=True {inplace}")
             return linears, acts, flatten
     return None
 

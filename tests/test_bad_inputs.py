@@ -401,3 +401,28 @@ def test_checkpoint_with_other_parameter_names_is_refused(sgmcmc_checkpoint):
     model = SGMCMC(nn.Sequential(nn.Linear(2, 4), nn.Sigmoid(), nn.Linear(4, 2)), Categorical(2), num_chains=2)
     with pytest.raises(ValueError, match="checkpoint parameters do not match this model: differing names"):
         model.on_load_checkpoint(checkpoint)
+
+
+# ------------------------------------------------------------- found in review
+def test_block_gibbs_incremental_rejects_inplace_activations():
+    from lit_bayes import BlockGibbs
+
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(inplace=True), nn.Linear(4, 2))
+    with pytest.raises(ValueError, match="out-of-place activations.*ReLU"):
+        BlockGibbs(model, Categorical(2), num_chains=2).setup("fit")
+
+
+def test_block_gibbs_rejects_non_numeric_proposal_variance():
+    from lit_bayes import BlockGibbs
+
+    with pytest.raises(ValueError, match="proposal_variance must be a number or a list of numbers"):
+        BlockGibbs(nn.Linear(3, 1), Gaussian(1.0), proposal_variance=object(), num_chains=2).setup("fit")
+
+
+def test_autocorrelation_time_of_a_chain_that_never_moves_is_an_error():
+    from lit_bayes.diagnostics import integrated_autocorrelation_time
+
+    trace = torch.randn(3, 50)
+    trace[1] = 0.5
+    with pytest.raises(ValueError, match="never moves"):
+        integrated_autocorrelation_time(trace)

@@ -7,6 +7,8 @@ each has its own accept/reject decision per block.
 """
 from __future__ import annotations
 
+import numbers
+
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -34,9 +36,12 @@ BLOCKS = ("layer", "node", "finer_node")
 
 def _block_variances(value: float | Sequence[float], partition: Partition) -> list[float]:
     """One proposal variance per block from a scalar, one per layer or one per block."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) or torch.is_tensor(value) and value.dim() == 0:
         return [float(value)] * partition.num_blocks
-    values = [float(v) for v in value]
+    try:
+        values = [float(v) for v in value]
+    except TypeError:
+        raise ValueError(f"proposal_variance must be a number or a list of numbers, got {value!r}") from None
     layers = list(dict.fromkeys(partition.layers))
     if len(values) == len(layers):
         by_layer = dict(zip(layers, values))
