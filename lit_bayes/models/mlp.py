@@ -1,8 +1,9 @@
 """Multilayer perceptrons ``MLP(k_0, ..., k_rho)`` (FNBG spec §1, Eqs. 3.1-3.2)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import torch
 from torch import Tensor, nn
 
 __all__ = ["MLP"]
@@ -34,3 +35,21 @@ class MLP(nn.Module):
         for layer in self.layers[:-1]:
             h = self.activation(layer(h))
         return self.layers[-1](h)
+
+    def stacked_forward(self, params: Mapping[str, Tensor], x: Tensor) -> Tensor:
+        """Outputs ``(S, B, k_rho)`` for S stacked parameter sets (named as in
+        ``named_parameters``, each with a leading S dimension) on shared inputs ``x``.
+
+        The first layer of all S sets is one matrix product ``x @ [W_1; ...; W_S]^T``
+        (the inputs are read once), the others batched products; the result equals S
+        separate forward passes (up to float rounding of the summation order).
+        """
+        h = x.flatten(1) if x.dim() > 2 else x
+        first = params["layers.0.weight"]  # (S, k_1, k_0)
+        num, width = first.shape[0], first.shape[1]
+        h = (h @ first.reshape(num * width, -1).T).reshape(h.shape[0], num, width).transpose(0, 1)
+        h = h + params["layers.0.bias"].unsqueeze(1)
+        for j in range(1, len(self.layers)):
+            h = self.activation(h)
+            h = torch.baddbmm(params[f"layers.{j}.bias"].unsqueeze(1), h, params[f"layers.{j}.weight"].transpose(1, 2))
+        return h

@@ -179,8 +179,12 @@ class SamplerModule(L.LightningModule):
         return net, lik
 
     def outputs(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
-        """Network outputs for every stacked parameter set: ``(S, B, ...)``."""
+        """Network outputs for every stacked parameter set: ``(S, B, ...)``. A model with
+        its own ``stacked_forward(params, x)`` (e.g. :class:`lit_bayes.models.MLP`) uses it
+        when ``vectorize`` is on; otherwise ``vmap`` (or, off, a loop) of ``functional_call``."""
         net, _ = self.split_parameters(params)
+        if self.vectorize and hasattr(self.model, "stacked_forward"):
+            return self.model.stacked_forward(net, x)
         return stacked_call(self.model, net, x, vectorize=self.vectorize)
 
     def log_likelihood(self, params: dict[str, Tensor], output: Tensor, y: Tensor) -> Tensor:
