@@ -47,9 +47,9 @@ class MLP(nn.Module):
         h = x.flatten(1) if x.dim() > 2 else x
         first = params["layers.0.weight"]  # (S, k_1, k_0)
         num, width = first.shape[0], first.shape[1]
-        h = (h @ first.reshape(num * width, -1).T).reshape(h.shape[0], num, width).transpose(0, 1)
-        h = h + params["layers.0.bias"].unsqueeze(1)
+        # feature-major layout (S, k_j, B) keeps every product contiguous
+        h = torch.addmm(params["layers.0.bias"].reshape(-1, 1), first.reshape(num * width, -1), h.T)
+        h = h.reshape(num, width, -1)
         for j in range(1, len(self.layers)):
-            h = self.activation(h)
-            h = torch.baddbmm(params[f"layers.{j}.bias"].unsqueeze(1), h, params[f"layers.{j}.weight"].transpose(1, 2))
-        return h
+            h = torch.baddbmm(params[f"layers.{j}.bias"].unsqueeze(-1), params[f"layers.{j}.weight"], self.activation(h))
+        return h.transpose(1, 2)
