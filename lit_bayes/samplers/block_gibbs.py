@@ -136,6 +136,8 @@ class BlockGibbs(SamplerModule):
             if blocks.num_params != num_params:
                 raise ValueError(f"blocks partitions {blocks.num_params} parameters, the model has {num_params}")
             return blocks
+        if blocks == "user partition":
+            raise ValueError("this checkpoint was made with a user Partition: pass the same Partition again as blocks=")
         if blocks not in BLOCKS:
             raise ValueError(f"blocks must be one of {', '.join(BLOCKS)} or a Partition, got {blocks!r}")
         if blocks != "finer_node" and any(v is not None for v in finer.values()):

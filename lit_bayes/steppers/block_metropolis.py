@@ -75,7 +75,9 @@ class BlockMetropolis(Optimizer):
         if "variance" not in state:
             like = {"dtype": params[0].dtype, "device": params[0].device}  # so checkpoints load back unchanged
             variances = torch.tensor(self.param_groups[0]["variances"], **like).expand(params[0].shape[0], -1)
-            state.update(variance=variances.clone(), accepted=torch.zeros(variances.shape, **like),
+            # integer counts stay exact however long the chain (a float32 count stalls at 2^24)
+            state.update(variance=variances.clone(),
+                         accepted=torch.zeros(variances.shape, dtype=torch.long, device=params[0].device),
                          step=torch.zeros((), dtype=torch.long))
         return state
 

@@ -72,7 +72,8 @@ class HMCStepper(NoisyStepper):
             state.update(
                 log_step=log_eps.clone(), log_step_avg=log_eps.clone(), h_avg=torch.zeros_like(log_eps),
                 mu=log_eps + math.log(10.0), step=torch.zeros((), dtype=torch.long),
-                accepted=torch.zeros_like(log_eps), proposed=torch.zeros((), dtype=torch.long),
+                accepted=torch.zeros(chains, dtype=torch.long, device=log_eps.device),  # exact counts
+                proposed=torch.zeros((), dtype=torch.long),
             )
         return state
 
