@@ -37,7 +37,7 @@ def test_hmc_and_mala_recover_2d_gaussian(num_leapfrog, lr):
     trace, stepper, mean, cov = run_stepper(num_leapfrog, lr, 3_000)
     assert_matches_gaussian(trace[:, 300:], mean, cov)
     accepted, proposed = stepper.acceptance()
-    assert proposed == 3_000 and 0.2 < float(accepted.mean()) / proposed < 1.0
+    assert proposed == 3_000 and 0.2 < float(accepted.double().mean()) / proposed < 1.0
 
 
 def test_dual_averaging_adapts_then_freezes():
