@@ -1,7 +1,6 @@
 """SGMCMC through Trainer.fit recovers the exact posterior of Bayesian linear regression."""
 import lightning as L
 import pytest
-import torch
 from torch import nn
 
 from lit_bayes import SGMCMC, Gaussian, GaussianPrior
