@@ -108,6 +108,7 @@ class DiskStore:
         self._write_index()
 
     def _write_index(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)  # also on resume before the first shard
         _atomic_write_text(self.directory / INDEX, json.dumps({"shards": self.shards}, indent=1))
 
     def draws(self) -> Tensor | None:

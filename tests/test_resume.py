@@ -35,19 +35,24 @@ def test_resumed_map_equals_uninterrupted_map(tmp_path):
     assert torch.equal(full.chains.flat(), resumed.chains.flat())
 
 
-def test_sigkill_keeps_shards_and_resume_has_no_gap_or_duplicate(tmp_path):
+@pytest.mark.parametrize("when", ["before_first_shard", "random"])
+def test_sigkill_keeps_shards_and_resume_has_no_gap_or_duplicate(when, tmp_path):
     reference, reference_samples = fit(str(tmp_path / "reference"), 6)
-    kill_at = random.Random().randint(5, 22)  # a random step of the 24
+    # step 5 is before the first shard (and the first checkpoint is at step 4); else any step of the 24
+    kill_at = 5 if when == "before_first_shard" else random.Random().randint(1, 22)
     run = tmp_path / "killed"
     child = subprocess.run(
         [sys.executable, "-m", "tests.resume_runs", str(run), "--epochs", "6", "--kill-at", str(kill_at)],
         cwd=ROOT, capture_output=True, text=True,
     )
     assert child.returncode == -9, child.stderr[-2000:]
-    index = json.loads((run / "samples" / "index.json").read_text())
-    kept = read_disk_store(run / "samples")  # every listed shard is complete and readable
-    assert kept.shape[1] == sum(s["draws"] for s in index["shards"])
-    assert not list((run / "samples").glob("*.tmp"))
+    index_path = run / "samples" / "index.json"
+    if index_path.exists():  # every listed shard is complete and readable
+        index = json.loads(index_path.read_text())
+        assert read_disk_store(run / "samples").shape[1] == sum(s["draws"] for s in index["shards"])
+    else:  # killed before the first shard: nothing half-written either
+        assert not list(run.glob("samples/shard_*"))
+    assert not list(run.glob("samples/*.tmp"))
     ckpt = run / "ckpt" / "last.ckpt"
     resumed, resumed_samples = fit(str(run), 6, ckpt_path=str(ckpt) if ckpt.exists() else None)
     assert torch.equal(resumed_samples.trace(), reference_samples.trace()), f"killed at step {kill_at}"
