@@ -10,6 +10,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 
 from lit_bayes.diagnostics import MIN_DRAWS, random_projections, summarize
+from lit_bayes.validation import check_int
 
 __all__ = ["ChainDiagnostics"]
 
@@ -52,8 +53,7 @@ class ChainDiagnostics(Callback):
 
     def __init__(self, num_projections: int = 4, seed: int = 0, every_n_steps: int = 1) -> None:
         for name, value in (("num_projections", num_projections), ("every_n_steps", every_n_steps)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_int(name, value, 1)
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         self.num_projections = num_projections

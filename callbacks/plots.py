@@ -19,6 +19,7 @@ from torch import Tensor
 
 from lit_bayes.callbacks.acceptance_monitor import AcceptanceMonitor
 from lit_bayes.callbacks.chain_diagnostics import ChainDiagnostics
+from lit_bayes.validation import check_int
 
 __all__ = [
     "DiagnosticPlots",
@@ -51,12 +52,6 @@ def _check_classification(probs: Array, target: Array) -> tuple[np.ndarray, np.n
     return np.clip(p, 0.0, 1.0), t
 
 
-def _check_count(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
-
-
 def reliability_diagram(probs: Array, target: Array, n_bins: int = 15) -> Figure:
     """Top-label reliability diagram: accuracy against confidence in ``n_bins`` equal-width bins.
 
@@ -66,7 +61,7 @@ def reliability_diagram(probs: Array, target: Array, n_bins: int = 15) -> Figure
     ``MulticlassCalibrationError`` (bin b holds confidences in [b/n_bins, (b+1)/n_bins), 1 in the last).
     """
     p, t = _check_classification(probs, target)
-    _check_count("n_bins", n_bins)
+    check_int("n_bins", n_bins, 1)
     confidence, correct = p.max(axis=1), (p.argmax(axis=1) == t).astype(np.float64)
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     bins = np.clip(np.searchsorted(edges, confidence, side="right") - 1, 0, n_bins - 1)
@@ -130,7 +125,7 @@ def uncertain_points_plot(probs: Array, target: Array, k: int = 16) -> Figure:
     orange; each title gives the point's index and entropy in nats.
     """
     p, t = _check_classification(probs, target)
-    _check_count("k", k)
+    check_int("k", k, 1)
     entropy = -(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=1)
     chosen = np.argsort(-entropy, kind="stable")[: min(k, len(t))]
     cols = min(4, len(chosen))
@@ -175,8 +170,8 @@ class DiagnosticPlots(Callback):
     """
 
     def __init__(self, n_bins: int = 15, k: int = 16) -> None:
-        self.n_bins = _check_count("n_bins", n_bins)
-        self.k = _check_count("k", k)
+        self.n_bins = check_int("n_bins", n_bins, 1)
+        self.k = check_int("k", k, 1)
         self._probs: list[Tensor] = []
         self._targets: list[Tensor] = []
         self._directory: Path | None = None

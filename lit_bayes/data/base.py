@@ -22,17 +22,12 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
+from lit_bayes.validation import check_int
+
 __all__ = ["BayesDataModule", "EpochShuffleSampler"]
 
 Task = Literal["classification", "regression"]
 SPLITS = ("train", "val", "test")
-
-
-def check_int(name: str, value: object, minimum: int) -> int:
-    """Return ``value`` if it is an integer >= ``minimum``, else raise ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def check_float(name: str, value: object, minimum: float | None = None) -> float:

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from lit_bayes.chains import ChainState, stacked_call
 from lit_bayes.posterior import GaussianPrior, Likelihood, Posterior
 from lit_bayes.predictive import Predictive, marginal_predictive, posterior_samples, uniform_log_weights
+from lit_bayes.validation import check_int
 
 __all__ = ["SamplerModule"]
 
@@ -71,8 +72,7 @@ class SamplerModule(L.LightningModule):
         if not isinstance(likelihood, Likelihood):
             raise ValueError(f"likelihood must be a lit_bayes.posterior.Likelihood, got {type(likelihood).__name__}")
         for name, value, low in (("num_chains", num_chains, 1), ("burn_in", burn_in, 0), ("thinning", thinning, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            check_int(name, value, low)
         if init not in ("module", "prior", "template"):
             raise ValueError(f"init must be 'module', 'prior' or 'template', got {init!r}")
         self.save_hyperparameters(ignore=["model", "likelihood", "prior"])

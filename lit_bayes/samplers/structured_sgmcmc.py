@@ -37,6 +37,7 @@ from lit_bayes.posterior import GaussianPrior, Likelihood
 from lit_bayes.sample_buffer import SampleBuffer
 from lit_bayes.samplers.base import rank_seed
 from lit_bayes.samplers.sgmcmc import SGMCMC
+from lit_bayes.validation import check_int
 
 __all__ = ["StructuredSGMCMC"]
 
@@ -71,12 +72,6 @@ def build_partition(shapes: dict[str, tuple[int, ...]], partition: str, num_grou
     if partition == "fully_factorised":
         return blocks.fully_factorised(num_params)
     return blocks.user_partition(group_ids, num_params)
-
-
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
 
 
 class StructuredSGMCMC(SGMCMC):
@@ -146,10 +141,10 @@ class StructuredSGMCMC(SGMCMC):
         if buffer_init not in ("initial", "warm_start"):
             raise ValueError(f"buffer_init must be 'initial' or 'warm_start', got {buffer_init!r}")
         self.mode = mode
-        self.num_masks = _check_int("num_masks", num_masks, 1)
+        self.num_masks = check_int("num_masks", num_masks, 1)
         self.mask_law = MaskLaw(mask, keep_prob)
-        self.buffer_size = _check_int("buffer_size", buffer_size, 1)
-        self.buffer_start = _check_int("buffer_start", buffer_start, 0)
+        self.buffer_size = check_int("buffer_size", buffer_size, 1)
+        self.buffer_start = check_int("buffer_start", buffer_start, 0)
         self.buffer_init = buffer_init
         shapes = {name: tuple(p.shape) for name, p in self.template_parameters().items()}
         self.partition = build_partition(shapes, partition, num_groups, group_ids, seed)
