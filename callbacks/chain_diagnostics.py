@@ -41,7 +41,8 @@ class ChainDiagnostics(Callback):
     the results (``diag/rhat_max``, ``diag/ess_bulk_min``, ``diag/rhat/energy``, ``diag/iat/projection_0``,
     ...) are sent to every logger of the trainer and returned by :meth:`summary_metrics`, which
     :class:`RunSummary` writes into ``summary.json``. R-hat, and ``summarize`` as a whole, need at
-    least 2 chains: with a single chain no diagnostic is reported.
+    least 2 chains: with a single chain no diagnostic is reported. Samplers whose chains are not
+    independent (``independent_chains`` False: resampled SMC particles) are not traced.
 
     The traces are part of Lightning checkpoints (tensors only); a resumed run appends to them.
 
@@ -75,7 +76,7 @@ class ChainDiagnostics(Callback):
 
     # ------------------------------------------------------------------- fit
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if not pl_module.is_sample_step():
+        if not (pl_module.independent_chains and pl_module.is_sample_step()):
             return
         self._sample_steps += 1
         if (self._sample_steps - 1) % self.every_n_steps:
@@ -91,6 +92,7 @@ class ChainDiagnostics(Callback):
     def _recording_validation(self, trainer, pl_module) -> bool:
         return (
             trainer.state.fn == TrainerFn.FITTING
+            and pl_module.independent_chains
             and not trainer.sanity_checking
             and pl_module.global_step > pl_module.burn_in
         )

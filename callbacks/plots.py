@@ -188,7 +188,7 @@ class DiagnosticPlots(Callback):
     def on_test_epoch_start(self, trainer, pl_module) -> None:
         self._probs, self._targets = [], []
 
-    def on_predictive(self, trainer, pl_module, stage, predictive, target) -> None:
+    def on_predictive(self, trainer, pl_module, stage, predictive, target, inputs=None) -> None:
         if stage == "test" and predictive.log_probs is not None:
             self._probs.append(predictive.probs.detach().cpu())
             self._targets.append(target.detach().cpu())

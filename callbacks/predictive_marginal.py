@@ -14,7 +14,7 @@ class PredictiveMarginal(Callback):
     ``chunk_size`` samples at a time, on the trainer's device.
 
     Each result (:class:`lit_bayes.predictive.Predictive`) is handed to every callback
-    that defines ``on_predictive(trainer, pl_module, stage, predictive, target)``,
+    that defines ``on_predictive(trainer, pl_module, stage, predictive, target, inputs)``,
     such as :class:`UncertaintyMetrics`. ``keep_per_sample`` also hands over each
     sample's own predictive (needed for the per-sample ECE).
     """
@@ -38,7 +38,7 @@ class PredictiveMarginal(Callback):
         )
         for callback in trainer.callbacks:
             if hasattr(callback, "on_predictive"):
-                callback.on_predictive(trainer, pl_module, stage, predictive, y)
+                callback.on_predictive(trainer, pl_module, stage, predictive, y, inputs=x)
 
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._load(trainer, pl_module)

@@ -21,7 +21,8 @@ class RunSummary(Callback):
     """At the end of fit and of test, writes ``{"sampler", "dataset", "seed", "steps",
     "wall_time_s", "metrics": {...}}`` to ``<log_dir>/summary.json`` (merged with what an
     earlier stage of the same run wrote). Metrics are every value in
-    ``trainer.callback_metrics`` plus what callbacks add through ``summary_metrics()``."""
+    ``trainer.callback_metrics`` plus what callbacks add through ``summary_metrics()``, and
+    ``best/<monitor>``, the best value a monitoring checkpoint callback has seen."""
 
     def __init__(self, directory: str | None = None) -> None:
         self.directory = directory
@@ -48,6 +49,8 @@ class RunSummary(Callback):
         for callback in trainer.callbacks:
             if hasattr(callback, "summary_metrics"):
                 metrics.update({k: _number(v) for k, v in callback.summary_metrics().items()})
+            if getattr(callback, "monitor", None) and getattr(callback, "best_model_score", None) is not None:
+                metrics[f"best/{callback.monitor}"] = _number(callback.best_model_score)  # a ModelCheckpoint's
         datamodule = getattr(trainer, "datamodule", None)
         summary.update(
             sampler=type(pl_module).__name__,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import netrc
 import os
+from typing import Literal
 
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -55,6 +56,11 @@ class LitBayesCLI(LightningCLI):
         parser.add_argument("--wandb", type=bool, default=True, help="log to W&B (offline unless logged in)")
         parser.add_argument("--wandb_project", type=str, default="lit-bayes", help="W&B project name")
         parser.add_argument("--test_after_fit", type=bool, default=True, help="run the test set after fit")
+        parser.add_argument(
+            "--test_ckpt", type=Literal["current", "best"], default="current",
+            help="test after fit with the state at the end of fit, or with the checkpoint callback's best "
+                 "(model selection, e.g. checkpoint.monitor=val/nlpd)",
+        )
         parser.add_lightning_class_args(PosteriorSamples, "samples")
         parser.add_lightning_class_args(PredictiveMarginal, "predictive")
         parser.add_lightning_class_args(UncertaintyMetrics, "metrics")
@@ -96,7 +102,8 @@ class LitBayesCLI(LightningCLI):
 
     def after_fit(self) -> None:
         if self.config.fit.test_after_fit and self.datamodule is not None:
-            self.trainer.test(self.model, datamodule=self.datamodule)
+            ckpt_path = "best" if self.config.fit.test_ckpt == "best" else None
+            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path)
         self.finish_wandb()
 
     def after_validate(self) -> None:

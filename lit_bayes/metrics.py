@@ -5,7 +5,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-__all__ = ["NLPD", "BrierScore", "PerSampleECE"]
+__all__ = ["NLPD", "BrierScore", "PerSampleAccuracy", "PerSampleECE", "PerSampleRMSE"]
 
 
 class NLPD(Metric):
@@ -77,3 +77,42 @@ class PerSampleECE(Metric):
         total = self.count.sum(1, keepdim=True)
         gap = (self.confidence - self.accuracy).abs() / total
         return gap.sum(1).mean()
+
+
+class PerSampleAccuracy(Metric):
+    """Mean over S samples of each sample's own argmax accuracy (pbnn's convention)."""
+
+    full_state_update = False
+
+    def __init__(self, num_samples: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.add_state("correct", default=torch.zeros(num_samples, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, sample_probs: Tensor, target: Tensor) -> None:
+        """``sample_probs`` (S, B, C) class probabilities of each sample."""
+        self.correct += (sample_probs.argmax(-1) == target.unsqueeze(0)).double().sum(1)
+        self.count += target.numel()
+
+    def compute(self) -> Tensor:
+        return (self.correct / self.count).mean()
+
+
+class PerSampleRMSE(Metric):
+    """Mean over S samples of each sample's own RMSE, ``(1/S) sum_s sqrt(mean_i (f_s(x_i) - y_i)^2)``
+    (feynman-kac spec §6.0: pbnn's RMSE, against the noise-free function for its synthetic data)."""
+
+    full_state_update = False
+
+    def __init__(self, num_samples: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.add_state("squared", default=torch.zeros(num_samples, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, sample_means: Tensor, target: Tensor) -> None:
+        """``sample_means`` (S, B) each sample's predicted mean."""
+        self.squared += ((sample_means.double() - target.double().unsqueeze(0)) ** 2).sum(1)
+        self.count += target.numel()
+
+    def compute(self) -> Tensor:
+        return (self.squared / self.count).sqrt().mean()

@@ -51,11 +51,13 @@ def uniform_log_weights(num_samples: int, device=None) -> Tensor:
 
 def posterior_samples(trainer, pl_module) -> tuple[dict[str, Tensor], Tensor]:
     """The samples to marginalise over: those a sample-keeping callback holds (the first
-    callback with a ``samples(pl_module)`` method that returns some), else the sampler's
-    current states (``pl_module.current_samples()``). With several processes, every
+    callback with a ``samples(pl_module)`` method that returns some), else, or when the
+    sampler's ``predict_with_current_state`` is set, its current states
+    (``pl_module.current_samples()``). With several processes, every
     process gets the samples of all of them (collective call), equally weighted by process."""
     kept = None
-    for callback in getattr(trainer, "callbacks", []) if trainer is not None else []:
+    callbacks = getattr(trainer, "callbacks", []) if trainer is not None else []
+    for callback in [] if pl_module.predict_with_current_state else callbacks:
         kept = callback.samples(pl_module) if hasattr(callback, "samples") else None
         if kept is not None:
             break

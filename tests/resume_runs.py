@@ -13,10 +13,10 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from lit_bayes import HMC, MALA, MAP, SGMCMC, Gaussian, GaussianPrior
+from lit_bayes import HMC, MALA, MAP, OHSMC, SGMCMC, SGSMC, Gaussian, GaussianPrior
 from lit_bayes.callbacks import PosteriorSamples
 from lit_bayes.data import SyntheticRegression
-from lit_bayes.models import MLP
+from lit_bayes.models import MLP, PartialMLP
 
 
 class KillAtStep(Callback):
@@ -31,8 +31,12 @@ class KillAtStep(Callback):
 
 
 def make_sampler(kind: str):
-    """A small sampler of each family, 3 chains, burn-in 2, thinning 2."""
+    """A small sampler of each family, 3 chains (16 particles), burn-in 2, thinning 2."""
     net, lik, prior = MLP([1, 8, 1], "tanh"), Gaussian(1.0), GaussianPrior(1.0)
+    if kind in ("ohsmc", "sgsmc"):
+        sampler_cls = {"ohsmc": OHSMC, "sgsmc": SGSMC}[kind]
+        torch.manual_seed(0)  # psi's initial values come from the network's own init
+        return sampler_cls(PartialMLP([1, 8, 4, 1], 1), lik, prior, num_particles=16, burn_in=2, thinning=2, seed=5)
     common = dict(num_chains=3, seed=5)
     if kind in ("sgld", "psgld", "sghmc"):
         return SGMCMC(net, lik, prior, stepper=kind, step_size=1e-3, burn_in=2, thinning=2, **common)

@@ -15,7 +15,7 @@ from torch.func import functional_call
 from lit_bayes import SGMCMC, Bernoulli, Categorical, Gaussian, GaussianPrior
 from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, UncertaintyMetrics
 from lit_bayes.data import TwoMoons
-from lit_bayes.metrics import NLPD, BrierScore, PerSampleECE
+from lit_bayes.metrics import NLPD, BrierScore, PerSampleECE, PerSampleRMSE
 from lit_bayes.models import MLP
 from lit_bayes.predictive import Predictive, marginal_predictive, uniform_log_weights
 
@@ -303,8 +303,20 @@ def test_per_sample_ece_by_hand():
         log_prob_target=mean.log().gather(1, PER_SAMPLE_TARGET[:, None]).squeeze(1),
         sample_log_probs=PER_SAMPLE_PROBS.log(),
     )
-    logged = score(predictive, PER_SAMPLE_TARGET, n_bins=15, per_sample_ece=True)
+    logged = score(predictive, PER_SAMPLE_TARGET, n_bins=15, per_sample=True)
     assert logged["test/ece_per_sample"] == pytest.approx(HAND_PER_SAMPLE_ECE, abs=1e-6)
+    # per-sample accuracy: A gets 1 of 3 right, B 2 of 3
+    assert logged["test/accuracy_per_sample"] == pytest.approx((1 / 3 + 2 / 3) / 2, abs=1e-6)
+
+
+def test_per_sample_rmse_by_hand_and_against_the_noise_free_function():
+    """Two samples predicting means (0, 1) and (2, 2) for targets (0, 0):
+    RMSEs sqrt(1/2) and 2, mean (sqrt(0.5) + 2) / 2."""
+    metric = PerSampleRMSE(num_samples=2)
+    metric.update(torch.tensor([[0.0, 1.0], [2.0, 2.0]]), torch.zeros(2))
+    assert float(metric.compute()) == pytest.approx((0.5**0.5 + 2) / 2)
+    with pytest.raises(ValueError, match="rmse_reference"):
+        UncertaintyMetrics(rmse_reference="truth")
 
 
 def test_confident_predictions_keep_probabilities_at_most_one_and_ece_zero():

@@ -14,7 +14,8 @@ from tests.resume_runs import fit
 ROOT = Path(__file__).resolve().parents[1]
 
 
-CASES = [(s, "memory") for s in ("sgld", "psgld", "sghmc", "hmc", "mala")] + [("sghmc", "disk"), ("sgld", "disk")]
+SAMPLERS = ("sgld", "psgld", "sghmc", "hmc", "mala", "ohsmc", "sgsmc")
+CASES = [(s, "memory") for s in SAMPLERS] + [("sghmc", "disk"), ("sgld", "disk")]
 
 
 @pytest.mark.parametrize("sampler, store", CASES)
@@ -26,6 +27,9 @@ def test_resumed_chain_equals_uninterrupted_chain(sampler, store, tmp_path):
     assert torch.equal(full.chains.flat(), resumed.chains.flat())
     assert torch.equal(full_samples.trace(), resumed_samples.trace())
     assert full_samples.trace().shape[1] == (24 - 2) // 2
+    if sampler in ("ohsmc", "sgsmc"):  # also the trained psi, the particle weights and the evidence
+        for name, value in full.state_dict().items():
+            assert torch.equal(value, resumed.state_dict()[name]), name
 
 
 def test_resumed_map_equals_uninterrupted_map(tmp_path):

@@ -3,6 +3,7 @@ from .base import BayesDataModule, EpochShuffleSampler
 from .images import TorchvisionImages
 from .synthetic import LinearRegression, NoisyXOR, SyntheticRegression, TwoMoons
 from .tabular import TabularCSV
+from .teacher_student import TeacherStudent
 
 __all__ = [
     "BayesDataModule",
@@ -11,6 +12,7 @@ __all__ = [
     "NoisyXOR",
     "SyntheticRegression",
     "TabularCSV",
+    "TeacherStudent",
     "TorchvisionImages",
     "TwoMoons",
 ]

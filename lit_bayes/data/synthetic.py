@@ -192,6 +192,11 @@ class SyntheticRegression(_SampledSplits):
         """The noise-free function ``x sin(x tanh x)`` (the RMSE reference, spec §6.0)."""
         return x * torch.sin(x * torch.tanh(x))
 
+    def noise_free(self, x: Tensor) -> Tensor:
+        """``f`` at inputs ``x`` of shape ``(n, 1)``: the reference of
+        ``UncertaintyMetrics(rmse_reference="noise_free")``."""
+        return self.f(x[:, 0])
+
     def _sample(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         x = self.low + (self.high - self.low) * torch.rand(n, 1, generator=generator, dtype=torch.float64)
         x = x.sort(dim=0).values

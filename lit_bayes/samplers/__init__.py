@@ -1,9 +1,11 @@
 """Sampler LightningModules, one file per family."""
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.samplers.block_gibbs import BlockGibbs
+from lit_bayes.samplers.feynman_kac import OHSMC, SGSMC
 from lit_bayes.samplers.hmc import HMC, MALA
 from lit_bayes.samplers.map import MAP
+from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
 from lit_bayes.samplers.sgmcmc import SGMCMC
 from lit_bayes.samplers.structured_sgmcmc import StructuredSGMCMC
 
-__all__ = ["BlockGibbs", "HMC", "MALA", "MAP", "SGMCMC", "SamplerModule", "StructuredSGMCMC"]
+__all__ = ["BlockGibbs", "HMC", "MALA", "MAP", "NoisyGibbs", "OHSMC", "SGMCMC", "SGSMC", "SamplerModule", "StructuredSGMCMC"]

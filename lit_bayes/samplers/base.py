@@ -34,6 +34,12 @@ def rank_seed(seed: int, rank: int, stream: int) -> int:
 class SamplerModule(L.LightningModule):
     """Base class of the sampler modules.
 
+    ``predict_with_current_state`` (class attribute): predictions use the current state
+    rather than the kept samples, for samplers whose kept states are only meaningful with
+    the deterministic parameters they were drawn under (Feynman-Kac samplers).
+    ``independent_chains`` (class attribute): whether the chains are independent Markov
+    chains, so that R-hat and ESS across them mean something (not for resampled particles).
+
     Args:
         model: any ``nn.Module`` mapping inputs to likelihood outputs (logits, means).
         likelihood: the per-point likelihood (:mod:`lit_bayes.posterior`).
@@ -50,6 +56,9 @@ class SamplerModule(L.LightningModule):
             current parameters, e.g. a MAP estimate).
         vectorize: evaluate chains with ``torch.func.vmap`` (default) or a reference loop.
     """
+
+    predict_with_current_state = False
+    independent_chains = True
 
     def __init__(
         self,
@@ -130,12 +139,19 @@ class SamplerModule(L.LightningModule):
             if num_train is not None:
                 self.posterior.num_data = int(num_train)
         if self.chains is None:
-            init_gen = torch.Generator().manual_seed(rank_seed(self.seed, self.global_rank, 0))
+            init_gen = torch.Generator().manual_seed(rank_seed(self.seed, self.stream_rank, 0))
             self.chains = ChainState(self.initial_state(init_gen))
+
+    @property
+    def stream_rank(self) -> int:
+        """The rank that seeds this process's random streams: its own global rank, so
+        processes run independent chains (samplers that keep one state replicated on every
+        process return 0)."""
+        return self.global_rank
 
     def make_generator(self) -> torch.Generator:
         """The sampler's generator on the chains' device, restored from a checkpoint if one was loaded."""
-        gen = torch.Generator(device=self.device).manual_seed(rank_seed(self.seed, self.global_rank, 1))
+        gen = torch.Generator(device=self.device).manual_seed(rank_seed(self.seed, self.stream_rank, 1))
         if self._pending_generator_state is not None:
             gen.set_state(self._pending_generator_state)
             self._pending_generator_state = None

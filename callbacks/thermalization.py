@@ -1,0 +1,290 @@
+"""``ThermalizationCheck``: the teacher-student thermalization test of "Gibbs Sampling the Posterior of
+Neural Networks" (Piccioli, Troiani, Zdeborová; noisy-gibbs spec §4, Sec. I.1 and App. B).
+
+The teacher W* with its latents is an exact draw of the posterior (spec §4, "why it works"), so a
+chain started there is at equilibrium. Running it beside uninformed chains on the same data, the
+time at which the uninformed chains' test MSE against the teacher merges with the informed chain's
+is a lower bound on their thermalization time. R-hat (App. A) and the score (App. B.3) are computed
+on the same chains for comparison; the paper's Fig. 1 shows both can signal thermalization where
+the teacher-student test does not.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch import Tensor
+
+from lit_bayes.diagnostics import split_rhat
+from lit_bayes.validation import check_int
+
+__all__ = ["ThermalizationCheck"]
+
+PREFIX = "thermalization/"
+MATCHED = ("delta_z", "delta_x", "prior_precision", "bias_precision")
+
+
+def _check_float(name: str, value: object, low: float, high: float = math.inf) -> float:
+    """``value`` if it is a real number in (low, high], else a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low < value <= high:
+        allowed = f"> {low:g}" if high == math.inf else f"in ({low:g}, {high:g}]"
+        raise ValueError(f"{name} must be a number {allowed}, got {value!r}")
+    return float(value)
+
+
+def settled_index(inside: Tensor) -> int | None:
+    """The first index from which every entry of the boolean sequence ``inside`` is True (None if the last is not)."""
+    if inside.numel() == 0 or not bool(inside[-1]):
+        return None
+    outside = (~inside).nonzero().flatten()
+    return 0 if outside.numel() == 0 else int(outside[-1]) + 1
+
+
+class ThermalizationCheck(Callback):
+    """Informed vs uninformed chains of a :class:`lit_bayes.samplers.noisy_gibbs.NoisyGibbs` run on a
+    teacher-student DataModule (:class:`lit_bayes.data.teacher_student.TeacherStudent`), spec §4.
+
+    At ``setup`` the first ``informed_chains`` chains of the sampler are started at the teacher: its
+    weights and biases and its training latents, with the noise actually used for the labels (spec §4
+    step 4, §8 item 5). The other chains keep the sampler's ``init`` (zeros, prior, ...): they are the
+    uninformed chains. The sampler needs ``num_chains > informed_chains``.
+
+    Every ``every_n_steps`` sweeps (and at step 0, before the first sweep) it records for each chain:
+
+    - the test MSE against the teacher's noiseless test outputs, (1/n_test) sum_mu (f(x_mu, W*) - f(x_mu, W))^2
+      (spec §3, §4 "observable used throughout");
+    - the score statistic U = Delta_Z / (d_1 d_2) sum_{i,a} d log P / d W^(1)_{ai}, with
+      Delta_Z grad_{W^(1)} log P = (Z^(2) - X W^(1)T - 1 b^(1)T)^T X - Delta_Z lambda_W W^(1)
+      (spec §4, App. B.3; Z^(2) = y for a one-layer regression network);
+    - the noiseless outputs at the first ``rhat_points`` test points (psi of App. A, permutation
+      invariant, spec §8 item 7), for R-hat over blocks of ``rhat_block`` records (the paper: 50).
+
+    **Merge rule** (spec §4 steps 5-6; the paper merges by eye, the tolerance is ours). The informed
+    reference phi-bar is the mean test MSE of the informed chains over the last ``reference_fraction``
+    of the records (the informed chain starts at MSE 0 and must first become stationary, App. B.1).
+    Each uninformed chain's test MSE is smoothed by a trailing mean over ``window`` records; the chain
+    has merged at the first recorded step from which the smoothed MSE stays within
+    ``tolerance * phi-bar`` of phi-bar up to the last record. The run's merge step is the largest over
+    the uninformed chains; it is reported only when every uninformed chain has merged.
+
+    **Comparison criteria.** ``rhat_step``: the end of the first R-hat block from which the split R-hat
+    (:func:`lit_bayes.diagnostics.split_rhat`, averaged over the test points) of all chains stays
+    below ``rhat_threshold``; ``rhat_uninformed_step`` the same over the uninformed chains only (with
+    at least two of them, the paper's random-random pair, Fig. 1 right). ``score_step``: the first
+    recorded step at which every uninformed chain's score has changed sign at least once (it then
+    oscillates around 0, App. B.3).
+
+    :meth:`summary_metrics` (written into ``summary.json`` by :class:`RunSummary`) returns, under
+    ``thermalization/``: ``informed_test_mse``, ``uninformed_test_mse`` (mean over the uninformed
+    chains of their last smoothed value), ``merged`` (1 or 0), ``merged_fraction``, ``merge_step``
+    (NaN when not merged), ``rhat``, ``rhat_step``, ``rhat_uninformed``, ``rhat_uninformed_step``,
+    ``score_step`` (NaN when not reached) and ``records``. During fit it logs
+    ``thermalization/test_mse/chain_{c}`` and ``thermalization/score/chain_{c}`` at every record and
+    ``thermalization/rhat`` at every block. All traces are checkpointed (:meth:`state_dict`), so a
+    resumed run continues them. Single-process runs only (every chain in one process).
+
+    Args:
+        informed_chains: number of chains started at the teacher (>= 1).
+        every_n_steps: sweeps between records (>= 1).
+        window: records in the trailing mean of the merge rule (>= 1).
+        tolerance: relative distance to phi-bar that counts as merged (> 0).
+        reference_fraction: last fraction of the informed records averaged into phi-bar, in (0, 1].
+        rhat_points: test points whose outputs enter R-hat (>= 1; at most the test set).
+        rhat_block: records per R-hat block (>= 4, as split R-hat needs).
+        rhat_threshold: R-hat below which a block counts as converged (> 1).
+    """
+
+    def __init__(
+        self,
+        informed_chains: int = 1,
+        every_n_steps: int = 10,
+        window: int = 10,
+        tolerance: float = 0.5,
+        reference_fraction: float = 0.5,
+        rhat_points: int = 100,
+        rhat_block: int = 50,
+        rhat_threshold: float = 1.1,
+    ) -> None:
+        self.informed_chains = check_int("informed_chains", informed_chains, 1)
+        self.every_n_steps = check_int("every_n_steps", every_n_steps, 1)
+        self.window = check_int("window", window, 1)
+        self.tolerance = _check_float("tolerance", tolerance, 0.0)
+        self.reference_fraction = _check_float("reference_fraction", reference_fraction, 0.0, 1.0)
+        self.rhat_points = check_int("rhat_points", rhat_points, 1)
+        self.rhat_block = check_int("rhat_block", rhat_block, 4)
+        self.rhat_threshold = _check_float("rhat_threshold", rhat_threshold, 1.0)
+        self._steps: list[int] = []
+        self._mse: list[Tensor] = []
+        self._score: list[Tensor] = []
+        self._block: list[Tensor] = []
+        self._rhat: list[Tensor] = []  # per block: (end step, R-hat of all chains, of the uninformed chains)
+        self._test: tuple[Tensor, Tensor] | None = None
+        self._train: tuple[Tensor, Tensor] | None = None
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit":
+            return
+        datamodule = trainer.datamodule
+        teacher = getattr(datamodule, "teacher", None)
+        latents = getattr(datamodule, "train_latents", None)
+        if teacher is None or latents is None:
+            raise ValueError("ThermalizationCheck needs a teacher-student DataModule exposing `teacher` and "
+                             f"`train_latents` (lit_bayes.data.TeacherStudent), got {type(datamodule).__name__}")
+        if not hasattr(pl_module, "set_initial_latents"):
+            raise ValueError(f"ThermalizationCheck needs a NoisyGibbs sampler, got {type(pl_module).__name__}")
+        if pl_module.num_chains <= self.informed_chains:
+            raise ValueError(f"informed_chains ({self.informed_chains}) must be smaller than the sampler's "
+                             f"num_chains ({pl_module.num_chains}): the other chains are the uninformed ones")
+        student = pl_module.model
+        for attribute in ("widths", "activation", "output", "has_bias"):
+            if getattr(teacher, attribute) != getattr(student, attribute):
+                raise ValueError(f"the teacher's {attribute} ({getattr(teacher, attribute)!r}) differs from the "
+                                 f"sampler model's ({getattr(student, attribute)!r})")
+        mismatched = [a for a in MATCHED if getattr(teacher, a) != getattr(student, a)]
+        if mismatched or getattr(datamodule, "noiseless_labels", False):
+            rank_zero_warn(f"the teacher's {mismatched or 'labels (noiseless)'} differ from the posterior's: the "
+                           "informed start is only approximately an equilibrium sample (spec §8 item 5)")
+        x_test = datamodule.test_data.tensors[0]
+        if len(x_test) == 0:
+            raise ValueError("ThermalizationCheck needs a non-empty test split (num_test >= 1)")
+        with torch.no_grad():
+            stacked = {n: p.double().unsqueeze(0) for n, p in teacher.named_parameters()}
+            self._test = (x_test, teacher.stacked_forward(stacked, x_test.double())[0])
+        x, y = datamodule.train_data.tensors
+        informed = range(self.informed_chains)
+        pl_module.set_initial_parameters(dict(teacher.named_parameters()), informed)
+        pl_module.set_initial_latents(x, y, latents, informed)
+
+    # ---------------------------------------------------------------- records
+    @torch.no_grad()
+    def _score_statistic(self, pl_module) -> Tensor:
+        """U of every chain (spec §4, App. B.3)."""
+        inputs, targets = self._train
+        model = pl_module.model
+        params = pl_module.chains.as_dict()
+        weight, bias = params["net.layers.0.weight"], params.get("net.layers.0.bias")
+        latents = pl_module.latents.as_dict()
+        above = latents["z2"] if "z2" in latents else targets.to(weight.dtype).reshape(1, -1, 1)
+        residual = above - inputs @ weight.mT
+        if bias is not None:
+            residual = residual - bias.unsqueeze(-2)
+        gradient = residual.mT @ inputs - model.delta_z[0] * model.prior_precision[0] * weight
+        return gradient.sum((-2, -1)) / weight[0].numel()
+
+    @torch.no_grad()
+    def _record(self, trainer, pl_module) -> None:
+        x_test, reference = (t.to(pl_module.device) for t in self._test)
+        outputs = pl_module.outputs(pl_module.chains.as_dict(), x_test).double()  # (C, n_test, d_out)
+        mse = (outputs - reference).pow(2).mean((-2, -1)).cpu()
+        score = self._score_statistic(pl_module).cpu().double()
+        self._steps.append(int(trainer.global_step))
+        self._mse.append(mse)
+        self._score.append(score)
+        self._block.append(outputs[:, : self.rhat_points].flatten(1).cpu())
+        logged = {f"{PREFIX}test_mse/chain_{c}": float(v) for c, v in enumerate(mse)}
+        logged.update({f"{PREFIX}score/chain_{c}": float(v) for c, v in enumerate(score)})
+        if len(self._block) == self.rhat_block:
+            block = torch.stack(self._block, dim=1)  # (C, N, points)
+            self._rhat.append(torch.tensor([float(self._steps[-1]), self._block_rhat(block),
+                                            self._block_rhat(block[self.informed_chains:])], dtype=torch.float64))
+            self._block = []
+            logged[f"{PREFIX}rhat"] = float(self._rhat[-1][1])
+        for logger in trainer.loggers:
+            logger.log_metrics(logged, step=trainer.global_step)
+
+    @staticmethod
+    def _block_rhat(block: Tensor) -> float:
+        """Split R-hat of the outputs psi (App. A) averaged over the test points (NaN for one chain or a
+        constant output)."""
+        if block.shape[0] < 2:
+            return math.nan
+        return float(torch.as_tensor(split_rhat(block)).nanmean()) if (block.std(dim=1) > 0).any() else math.nan
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # the training set in the sampler's canonical order (its latents' order), for the score; this
+        # also builds the initial latents, as the first sweep would, from the same generator
+        inputs, targets, _ = pl_module.sweep_inputs(tuple(t.to(pl_module.device)
+                                                          for t in trainer.datamodule.train_data.tensors))
+        self._train = (inputs, targets)
+        if not self._steps:  # not resumed: record the start (the informed chains at the teacher, MSE 0)
+            self._record(trainer, pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step % self.every_n_steps == 0:
+            self._record(trainer, pl_module)
+
+    # ----------------------------------------------------------------- report
+    def traces(self) -> dict[str, Tensor]:
+        """The records: ``steps`` ``(R,)``, ``test_mse`` and ``score`` ``(C, R)`` (float64), and ``rhat``
+        ``(B, 3)`` rows (block end step, R-hat of all chains, of the uninformed chains)."""
+        chains = lambda rows: torch.stack(rows, dim=1) if rows else torch.zeros(0, 0, dtype=torch.float64)  # noqa: E731
+        return {"steps": torch.tensor(self._steps, dtype=torch.long), "test_mse": chains(self._mse),
+                "score": chains(self._score),
+                "rhat": torch.stack(self._rhat) if self._rhat else torch.zeros(0, 3, dtype=torch.float64)}
+
+    def summary_metrics(self) -> dict[str, float]:
+        """The merge, R-hat and score results described in the class docstring (empty before ``window``
+        records)."""
+        if len(self._steps) < self.window:
+            return {}
+        traces = self.traces()
+        steps, mse, score, rhat = traces["steps"], traces["test_mse"], traces["score"], traces["rhat"]
+        informed, uninformed = mse[: self.informed_chains], mse[self.informed_chains:]
+        start = min(int(len(steps) * (1 - self.reference_fraction)), len(steps) - 1)
+        reference = float(informed[:, start:].mean())
+        total = torch.nn.functional.pad(uninformed.cumsum(1), (1, 0))
+        upper = torch.arange(1, len(steps) + 1)
+        lower = (upper - self.window).clamp(min=0)
+        smooth = (total[:, upper] - total[:, lower]) / (upper - lower)  # trailing means over `window` records
+        merges = [settled_index((row - reference).abs() <= self.tolerance * reference) for row in smooth]
+        merged = all(m is not None for m in merges)
+        metrics = {
+            "informed_test_mse": reference,
+            "uninformed_test_mse": float(smooth[:, -1].mean()),
+            "merged": float(merged),
+            "merged_fraction": sum(m is not None for m in merges) / len(merges),
+            "merge_step": float(max(int(steps[m]) for m in merges)) if merged else math.nan,
+            "records": float(len(steps)),
+        }
+        for name, column in (("rhat", 1), ("rhat_uninformed", 2)):
+            values = rhat[:, column]
+            found = settled_index(values < self.rhat_threshold)  # NaN compares False
+            metrics[name] = float(values[-1]) if len(values) else math.nan
+            metrics[f"{name}_step"] = float(rhat[found, 0]) if found is not None else math.nan
+        sign = torch.sign(score[self.informed_chains:])
+        crossed = (sign != sign[:, :1]) & (sign != 0)
+        first = [int(row.nonzero()[0]) if row.any() else None for row in crossed]
+        metrics["score_step"] = float(max(int(steps[f]) for f in first)) if all(f is not None for f in first) \
+            else math.nan
+        return {PREFIX + key: value for key, value in metrics.items()}
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        metrics = self.summary_metrics()
+        if not metrics:
+            return
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+        merge = metrics[PREFIX + "merge_step"]
+        rank_zero_info(
+            f"ThermalizationCheck: informed test MSE {metrics[PREFIX + 'informed_test_mse']:.3g}, uninformed "
+            f"{metrics[PREFIX + 'uninformed_test_mse']:.3g}: "
+            + (f"merged at step {merge:.0f}" if math.isfinite(merge) else
+               f"not merged after {trainer.global_step} steps (teacher-student criterion, spec §4)"))
+
+    # ------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        traces = self.traces()
+        pending = torch.stack(self._block, dim=1) if self._block else torch.zeros(0, 0, 0, dtype=torch.float64)
+        return {**traces, "rhat_pending": pending}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._steps = [int(s) for s in state_dict["steps"]]
+        self._mse = list(state_dict["test_mse"].unbind(dim=1))
+        self._score = list(state_dict["score"].unbind(dim=1))
+        self._rhat = list(state_dict["rhat"].unbind(dim=0))
+        self._block = list(state_dict["rhat_pending"].unbind(dim=1))

@@ -1,0 +1,100 @@
+"""Teacher-student data of the noisy-gibbs paper (spec §4, §6.1-6.2).
+
+A teacher :class:`lit_bayes.models.NoisyMLP` is drawn from its prior, inputs are i.i.d. N(0, 1),
+and the training labels come from the intermediate-noise generative process (eq. 7), or from the
+noiseless network (``noiseless_labels=True``, as in the paper's Fig. 2). Validation and test labels
+are always noiseless (§3). The teacher and its training latents (with the noise realisations
+actually used for the labels) are exposed for the informed initialisation (spec §8 item 5).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from .base import BayesDataModule
+from lit_bayes.models.noisy_mlp import NoisyMLP
+from lit_bayes.validation import check_int
+
+__all__ = ["TeacherStudent"]
+
+
+class TeacherStudent(BayesDataModule):
+    """Data from a random intermediate-noise teacher.
+
+    Args:
+        widths, activation, delta_z, delta_x, prior_precision, bias_precision, bias, output: the
+            teacher, as in :class:`NoisyMLP` (defaults: the paper's §6.1 network, d = 50, 10 hidden
+            ReLU units, scalar output, all Delta = 1e-4, lambda = fan-in).
+        num_train, num_val, num_test: split sizes (the paper: n = 2084 = 4 x 521 parameters; 2000 test).
+        noiseless_labels: training labels y = f(x, W*) (regression) or argmax f(x, W*) (probit).
+        batch_size: training batch size; ``None`` (full batch, needed by ``NoisyGibbs``).
+        eval_batch_size: val/test batch size; ``None`` = one batch.
+        seed: seed of the teacher, the inputs and the noise (drawn in that order), and of the shuffle.
+        num_workers: DataLoader workers.
+
+    Attributes (after :meth:`setup`):
+        teacher: the teacher network (a ``NoisyMLP`` holding W*).
+        train_latents: the teacher's latents on the training inputs, named as
+            :meth:`NoisyMLP.latent_names`, each ``(num_train, d_l)``, rows in training-set order.
+    """
+
+    def __init__(
+        self,
+        widths: Sequence[int] = (50, 10, 1),
+        activation: Literal["relu", "sign", "abs", "linear"] = "relu",
+        delta_z: float | Sequence[float] = 1e-4,
+        delta_x: float | Sequence[float] = 1e-4,
+        prior_precision: float | Sequence[float] | None = None,
+        bias_precision: float | Sequence[float] | None = None,
+        bias: bool = True,
+        output: Literal["regression", "probit"] = "regression",
+        num_train: int = 2084,
+        num_val: int = 0,
+        num_test: int = 2000,
+        noiseless_labels: bool = False,
+        batch_size: int | None = None,
+        eval_batch_size: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        teacher = NoisyMLP(widths, activation, delta_z, delta_x, prior_precision, bias_precision, bias, output)
+        super().__init__(
+            task="regression" if output == "regression" else "classification",
+            num_classes=None if output == "regression" else teacher.widths[-1],
+            input_shape=(teacher.widths[0],),
+            batch_size=batch_size,
+            eval_batch_size=eval_batch_size,
+            seed=seed,
+            num_workers=num_workers,
+        )
+        self.sizes = (check_int("num_train", num_train, 1), check_int("num_val", num_val, 0),
+                      check_int("num_test", num_test, 0))
+        if not isinstance(noiseless_labels, bool):
+            raise ValueError(f"noiseless_labels must be True or False, got {noiseless_labels!r}")
+        self.noiseless_labels = noiseless_labels
+        self.teacher = teacher.requires_grad_(False)
+        self.train_latents: dict[str, Tensor] | None = None
+
+    def _labels(self, top: Tensor) -> Tensor:
+        return top[:, 0].float() if self.task == "regression" else top.argmax(-1)
+
+    def load(self) -> dict[str, tuple[Tensor, Tensor]]:
+        generator = torch.Generator().manual_seed(self.seed)
+        names = dict(self.teacher.named_parameters())
+        draws = self.teacher.prior().sample({f"net.{n}": p.unsqueeze(0) for n, p in names.items()}, generator)
+        with torch.no_grad():
+            for name, p in names.items():
+                p.copy_(draws[f"net.{name}"][0])
+        params = {n: p.double().unsqueeze(0) for n, p in names.items()}
+        splits = {}
+        for split, n in zip(("train", "val", "test"), self.sizes):
+            x = torch.randn(n, self.teacher.widths[0], generator=generator)
+            noiseless = split != "train" or self.noiseless_labels
+            latents, top = self.teacher.generate(params, x.double(), generator, noiseless=noiseless)
+            if split == "train":
+                self.train_latents = {name: v[0].float() for name, v in latents.items()}
+            splits[split] = (x, self._labels(top[0]))
+        return splits

@@ -1,0 +1,168 @@
+"""Partial Bayesian neural networks: a network f(x; psi, phi) with a stochastic part phi.
+
+Feynman-Kac spec §1: the parameters of any ``nn.Module`` are split into a random latent phi
+(a chosen sub-module, or a list of parameter names) with a Gaussian prior, and the
+deterministic rest psi, estimated by maximum likelihood. A forward pass evaluates J
+particles phi^1..phi^J at once (:meth:`PartialBNN.particle_forward`).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+
+__all__ = ["PartialBNN", "PartialMLP"]
+
+
+class PartialBNN(nn.Module):
+    """``net`` with the parameters named by ``stochastic`` made random (phi), the rest kept as psi.
+
+    Args:
+        net: any ``nn.Module``; its own values of the phi parameters are ignored by
+            :meth:`particle_forward` (particles replace them).
+        stochastic: the name of a sub-module of ``net`` (all its parameters are phi, e.g.
+            ``"2"`` for the third layer of an ``nn.Sequential``), or a list of parameter names.
+
+    When ``net`` is an ``nn.Sequential`` and phi sits in one of its children, the layers below
+    it (the deterministic trunk) are evaluated once per batch and the layers above it once on
+    all J x B rows: only the stochastic child is evaluated per particle (one batched matrix
+    product for an ``nn.Linear``). The layers above must treat rows independently (no
+    batch-statistics normalisation). Any other network is evaluated with ``vmap`` over
+    ``functional_call``.
+    """
+
+    def __init__(self, net: nn.Module, stochastic: str | Sequence[str]) -> None:
+        super().__init__()
+        if not isinstance(net, nn.Module):
+            raise ValueError(f"net must be an nn.Module, got {type(net).__name__}")
+        self.net = net
+        names = [n for n, _ in net.named_parameters()]
+        if isinstance(stochastic, str):
+            try:
+                module = net.get_submodule(stochastic)
+            except AttributeError:
+                raise ValueError(f"stochastic={stochastic!r} is not a sub-module of net") from None
+            prefix = f"{stochastic}." if stochastic else ""
+            phi = [prefix + n for n, _ in module.named_parameters()]
+        else:
+            phi = list(stochastic)
+            unknown = [n for n in phi if n not in names]
+            if unknown:
+                raise ValueError(f"stochastic names {unknown} are not parameters of net (it has {names})")
+        if not phi:
+            raise ValueError(f"stochastic={stochastic!r} selects no parameters")
+        self.stochastic_names = [n for n in names if n in set(phi)]
+        self.deterministic_names = [n for n in names if n not in set(phi)]
+        self._split = self._sequential_split()
+
+    def _sequential_split(self) -> int | None:
+        """Index of the ``nn.Sequential`` child holding every phi parameter, else ``None``."""
+        if not isinstance(self.net, nn.Sequential):
+            return None
+        children = {n.split(".", 1)[0] for n in self.stochastic_names}
+        if len(children) != 1:
+            return None
+        index = int(children.pop())
+        inner = {f"{index}.{n}" for n, _ in self.net[index].named_parameters()}
+        return index if inner == set(self.stochastic_names) else None
+
+    def stochastic_parameters(self) -> dict[str, Tensor]:
+        """phi: the template values of the stochastic parameters, by name."""
+        params = dict(self.net.named_parameters())
+        return {n: params[n] for n in self.stochastic_names}
+
+    def deterministic_parameters(self) -> list[nn.Parameter]:
+        """psi: the parameters an optimiser trains."""
+        params = dict(self.net.named_parameters())
+        return [params[n] for n in self.deterministic_names]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+    def _check_phi(self, phi: Mapping[str, Tensor]) -> None:
+        if set(phi) != set(self.stochastic_names):
+            raise ValueError(f"phi must hold exactly {self.stochastic_names}, got {sorted(phi)}")
+
+    def particle_forward(self, phi: Mapping[str, Tensor], x: Tensor) -> Tensor:
+        """Outputs ``(J, B, ...)`` for J particles ``phi`` (named as in ``net``, leading J)
+        and the module's current psi; differentiable in psi."""
+        self._check_phi(phi)
+        if self._split is None:
+            return vmap(lambda p: functional_call(self.net, dict(p), (x,)), in_dims=(0,))(dict(phi))
+        k = self._split
+        h = self.net[:k](x)  # trunk: once per batch
+        layer = self.net[k]
+        local = {n.split(".", 1)[1]: p for n, p in phi.items()}
+        num = next(iter(local.values())).shape[0]
+        if isinstance(layer, nn.Linear) and set(local) <= {"weight", "bias"}:
+            weight = local.get("weight", layer.weight.expand(num, *layer.weight.shape))
+            out = torch.matmul(h, weight.transpose(1, 2))  # (J, B, out)
+            bias = local.get("bias", None if layer.bias is None else layer.bias.expand(num, -1))
+            if bias is not None:
+                out = out + bias.unsqueeze(1)
+        else:
+            out = vmap(lambda p: functional_call(layer, dict(p), (h,)), in_dims=(0,))(local)
+        top = self.net[k + 1 :](out.flatten(0, 1))  # every row at once
+        return top.reshape(num, out.shape[1], *top.shape[1:])
+
+    def particle_forward_loop(self, phi: Mapping[str, Tensor], x: Tensor) -> Tensor:
+        """Reference path of :meth:`particle_forward`: one full forward pass per particle."""
+        self._check_phi(phi)
+        num = next(iter(phi.values())).shape[0]
+        return torch.stack([functional_call(self.net, {n: p[j] for n, p in phi.items()}, (x,)) for j in range(num)])
+
+    def stacked_forward(self, params: Mapping[str, Tensor], x: Tensor) -> Tensor:
+        """Entry point of :meth:`lit_bayes.samplers.SamplerModule.outputs`: ``params`` are
+        stacked phi particles (the sampled part)."""
+        return self.particle_forward(params, x)
+
+
+class PartialMLP(PartialBNN):
+    """A dense pBNN of the Feynman-Kac paper (spec §1): ``Linear-act`` hidden layers and a
+    linear output layer, with hidden layer ``stochastic_layer`` (0-based over all linear
+    layers) stochastic.
+
+    Args:
+        widths: ``[input, hidden..., output]`` sizes, e.g. ``[2, 100, 20, 5, 1]`` for two moons.
+        stochastic_layer: index of the stochastic linear layer (``2``: the third, as for moons).
+        activation: ``"gelu_tanh"`` (Flax's default GELU, the paper's), ``"gelu"``, ``"relu"`` or ``"tanh"``.
+        init: ``"xavier_normal"`` weights with zero biases (the paper's) or ``"torch"`` defaults.
+    """
+
+    ACTIVATIONS = {
+        "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+        "gelu": nn.GELU,
+        "relu": nn.ReLU,
+        "tanh": nn.Tanh,
+    }
+
+    def __init__(
+        self,
+        widths: Sequence[int],
+        stochastic_layer: int,
+        activation: str = "gelu_tanh",
+        init: str = "xavier_normal",
+    ) -> None:
+        widths = list(widths)
+        if len(widths) < 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
+            raise ValueError(f"widths must list at least two positive integers (input, ..., output), got {widths!r}")
+        num_layers = len(widths) - 1
+        if isinstance(stochastic_layer, bool) or not isinstance(stochastic_layer, int) or not 0 <= stochastic_layer < num_layers:
+            raise ValueError(f"stochastic_layer must be an integer in [0, {num_layers - 1}], got {stochastic_layer!r}")
+        if activation not in self.ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(self.ACTIVATIONS)}, got {activation!r}")
+        if init not in ("xavier_normal", "torch"):
+            raise ValueError(f"init must be 'xavier_normal' or 'torch', got {init!r}")
+        layers: list[nn.Module] = []
+        for j, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+            linear = nn.Linear(a, b)
+            if init == "xavier_normal":
+                nn.init.xavier_normal_(linear.weight)
+                nn.init.zeros_(linear.bias)
+            layers.append(linear)
+            if j < num_layers - 1:
+                layers.append(self.ACTIVATIONS[activation]())
+        super().__init__(nn.Sequential(*layers), str(2 * stochastic_layer))
+        self.widths = widths

@@ -1,0 +1,110 @@
+"""Markov kernels M_k that move SMC particles (Feynman-Kac spec §2 Eq. 3 and §3).
+
+Every kernel moves all J particles at once, each particle independently, drawing from the
+sampler's generator. Particles are dicts of stacked tensors ``(J, ...)``.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import Tensor
+
+from lit_bayes.posterior import GaussianPrior
+from lit_bayes.validation import check_int
+
+__all__ = ["OrnsteinUhlenbeck", "RandomWalk", "RandomWalkMetropolis", "make_kernel"]
+
+Particles = Mapping[str, Tensor]
+
+
+def _check_positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _noise(p: Tensor, generator: torch.Generator) -> Tensor:
+    return torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
+
+
+class RandomWalk:
+    """Gaussian random walk ``phi' = phi + sqrt(variance) eps`` (the paper's OHSMC move,
+    variance 0.01 for pBNNs); not invariant for any posterior, it sets the cloud's spread."""
+
+    def __init__(self, variance: float) -> None:
+        self.std = _check_positive("variance", variance) ** 0.5
+
+    def move(self, particles: Particles, generator: torch.Generator, log_target=None) -> dict[str, Tensor]:
+        return {n: p + self.std * _noise(p, generator) for n, p in particles.items()}
+
+
+class OrnsteinUhlenbeck:
+    """Exact Ornstein-Uhlenbeck transition over time ``delta`` whose stationary law is the
+    Gaussian prior N(0, v) of each parameter: ``z = exp(-delta / (2 v))``,
+    ``phi' = z phi + sqrt(v (1 - z^2)) eps`` (spec §3, the UCI move, delta = 0.1)."""
+
+    def __init__(self, delta: float, prior: GaussianPrior) -> None:
+        self.delta = _check_positive("delta", delta)
+        self.prior = prior
+
+    def move(self, particles: Particles, generator: torch.Generator, log_target=None) -> dict[str, Tensor]:
+        out = {}
+        for name, p in particles.items():
+            v = self.prior.variance_of(name)
+            z = math.exp(-self.delta / (2.0 * v))
+            out[name] = z * p + math.sqrt(v * (1.0 - z * z)) * _noise(p, generator)
+        return out
+
+
+class RandomWalkMetropolis:
+    """``steps`` random-walk Metropolis steps per particle with proposal variance ``variance``,
+    invariant for ``log_target`` (SGSMC's move: prior x likelihood of the processed prefix).
+    A proposal whose target is NaN is rejected. ``acceptance`` holds the last move's rate
+    (a 0-d tensor, so reading it is the caller's choice of when to synchronise)."""
+
+    def __init__(self, variance: float, steps: int = 10) -> None:
+        self.std = _check_positive("variance", variance) ** 0.5
+        self.steps = check_int("steps", steps, 1)
+        self.acceptance = torch.tensor(float("nan"))
+
+    def move(
+        self, particles: Particles, generator: torch.Generator, log_target: Callable[[Particles], Tensor] | None = None
+    ) -> dict[str, Tensor]:
+        if log_target is None:
+            raise ValueError("RandomWalkMetropolis needs a log_target")
+        current = dict(particles)
+        current_lt = log_target(current)
+        accepted = torch.zeros_like(current_lt)
+        for _ in range(self.steps):
+            proposal = {n: p + self.std * _noise(p, generator) for n, p in current.items()}
+            proposal_lt = log_target(proposal)
+            log_u = torch.rand(current_lt.shape, generator=generator, device=current_lt.device, dtype=current_lt.dtype).log()
+            accept = log_u <= proposal_lt - current_lt  # False for a NaN target
+            for name, p in current.items():
+                mask = accept.reshape(-1, *([1] * (p.dim() - 1)))
+                current[name] = torch.where(mask, proposal[name], p)
+            current_lt = torch.where(accept, proposal_lt, current_lt)
+            accepted += accept.to(accepted.dtype)
+        self.acceptance = accepted.mean() / self.steps
+        return current
+
+
+KERNELS = ("random_walk", "ou", "rwmh")
+
+
+def make_kernel(name: str, prior: GaussianPrior, options: Mapping[str, float] | None = None):
+    """Build a kernel by name: ``"random_walk"`` (``variance``), ``"ou"`` (``delta``) or
+    ``"rwmh"`` (``variance``, ``steps``)."""
+    options = dict(options or {})
+    try:
+        if name == "random_walk":
+            return RandomWalk(**{"variance": 0.01, **options})
+        if name == "ou":
+            return OrnsteinUhlenbeck(**{"delta": 0.1, **options}, prior=prior)
+        if name == "rwmh":
+            return RandomWalkMetropolis(**{"variance": 0.05, "steps": 10, **options})
+    except TypeError as err:
+        raise ValueError(f"kernel_options {options} do not fit kernel {name!r}: {err}") from None
+    raise ValueError(f"kernel must be one of {KERNELS}, got {name!r}")

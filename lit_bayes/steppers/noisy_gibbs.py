@@ -1,0 +1,163 @@
+"""Exact Gibbs sweeps of the intermediate-noise network (noisy-gibbs spec §2, Algorithm 1 + App. E-F).
+
+* :class:`LinearGaussianConditional`: the Gaussian conditionals of the weights (eq. 9 / eqs. 18-20)
+  and of the post-activations (eq. 8 / eq. 17); one Cholesky factor per layer per sweep, shared
+  by every row.
+* :func:`sample_bias`: the bias conditional (eqs. 52-55).
+* :class:`NoisyGibbsStepper`: one sweep of every chain in the released code's top-down order (§2.5).
+
+Shapes: C chains lead every state tensor; the inputs ``(n, d_1)`` are shared by all chains.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from lit_bayes.models.noisy_mlp import NoisyMLP
+from lit_bayes.steppers.truncated_gaussian import pre_activation_pieces, probit_scores, two_piece_mixture
+
+__all__ = ["LinearGaussianConditional", "NoisyGibbsStepper", "sample_bias"]
+
+
+class LinearGaussianConditional:
+    """Rows r_a of R (k, d) given targets T = D R^T + noise (N(0, delta) entries) and a prior
+    N(m0_a, diag(1 / precision)) on each row:
+
+        r_a ~ N(A^{-1} (D^T t_a + delta diag(precision) m0_a), delta A^{-1}),  A = D^T D + delta diag(precision).
+
+    This is Sigma_W = (X^T X / Delta_Z + lambda I)^{-1} of eq. 9 (D = X, m0 = 0) and Sigma_X of
+    eq. 8 (D = W, precision 1/Delta_X, m0 = sigma(Z)), rescaled by delta as the released code
+    does (spec §2.7). A is factorised once (A = L L^T) and shared by all rows; noise is
+    sqrt(delta) L^{-T} eps.
+
+    Args:
+        design: D, shape ``(..., m, d)`` (leading chain dimensions, or none when shared).
+        precision: the prior precisions, shape ``(d,)``.
+        delta: the noise variance of the targets.
+        cache_projector: also keep A^{-1} D^T (for a fixed design, the first layer: spec §8 item 10).
+    """
+
+    def __init__(self, design: Tensor, precision: Tensor, delta: float, cache_projector: bool = False) -> None:
+        self.design = design
+        self.delta = delta
+        self.scaled_precision = delta * precision
+        gram = design.mT @ design + torch.diag_embed(self.scaled_precision).to(design.dtype)
+        self.factor = torch.linalg.cholesky(gram)
+        self.projector = torch.cholesky_solve(design.mT, self.factor) if cache_projector else None
+
+    def sample(self, targets: Tensor, generator: torch.Generator, prior_mean: Tensor | None = None) -> Tensor:
+        """Draw R ``(C, k, d)`` given targets ``(C, m, k)`` and optionally the row prior means ``(C, k, d)``."""
+        if self.projector is not None and prior_mean is None:
+            mean = self.projector @ targets
+        else:
+            rhs = self.design.mT @ targets
+            if prior_mean is not None:
+                rhs = rhs + self.scaled_precision.unsqueeze(-1) * prior_mean.mT
+            mean = torch.cholesky_solve(rhs, self.factor)
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        factor = self.factor.expand(*mean.shape[:-2], *self.factor.shape[-2:])
+        draw = mean + math.sqrt(self.delta) * torch.linalg.solve_triangular(factor.mT, noise, upper=True)
+        return draw.mT
+
+
+def sample_bias(residual: Tensor, delta_z: float, precision: float, generator: torch.Generator) -> Tensor:
+    """b_a ~ N(sum_mu r_a^mu / (n + Delta_Z lambda_b), Delta_Z / (n + Delta_Z lambda_b)) (eqs. 52-55),
+    with residuals r = Z^(l+1) - X^(l) W^(l)T of shape ``(C, n, k)``; returns ``(C, k)``."""
+    denominator = residual.shape[-2] + delta_z * precision
+    noise = torch.randn(residual.shape[:-2] + residual.shape[-1:], generator=generator,
+                        device=residual.device, dtype=residual.dtype)
+    return residual.sum(-2) / denominator + math.sqrt(delta_z / denominator) * noise
+
+
+class NoisyGibbsStepper(Optimizer):
+    """One exact Gibbs sweep per ``step`` over the weights, biases and latents of every chain.
+
+    The order is the released code's top-down scan (spec §2.5), for l = L..2:
+    [probit Z^(L+1)] -> W^(l) -> b^(l) -> X^(l) -> Z^(l) -> ... -> (W^(1), b^(1)) jointly
+    (App. F's extended weight matrix [W | b] on inputs [X | 1], whose Cholesky factor and
+    A^{-1} X^T are computed once for fixed inputs). Any systematic scan of exact conditionals
+    leaves the posterior (eq. 4) invariant.
+
+    Args:
+        model: the :class:`NoisyMLP` (architecture, noise variances, prior precisions).
+        weights, biases: per layer, the chains' tensors ``(C, d_{l+1}, d_l)`` and ``(C, d_{l+1})``
+            (``None`` without biases), updated in place.
+        generator: the only source of randomness.
+    """
+
+    def __init__(self, model: NoisyMLP, weights: list[Tensor], biases: list[Tensor | None],
+                 generator: torch.Generator) -> None:
+        if len(weights) != model.depth or len(biases) != model.depth:
+            raise ValueError(f"weights and biases must hold one tensor per layer ({model.depth}), "
+                             f"got {len(weights)} and {len(biases)}")
+        super().__init__([*weights, *(b for b in biases if b is not None)], {})
+        self.model = model
+        self.weights = weights
+        self.biases = biases
+        self.generator = generator
+        self._first: tuple[Tensor, LinearGaussianConditional] | None = None
+
+    @torch.no_grad()
+    def step(self, closure) -> None:
+        """``closure()`` returns ``(inputs, targets, latents)`` (see :meth:`sweep`)."""
+        self.sweep(*closure())
+
+    def first_layer(self, inputs: Tensor) -> LinearGaussianConditional:
+        """The (W^(1), b^(1)) conditional on the fixed inputs, recomputed only when they change."""
+        if self._first is None or self._first[0].shape != inputs.shape or not torch.equal(self._first[0], inputs):
+            model = self.model
+            precision = [model.prior_precision[0]] * inputs.shape[1]
+            design = inputs
+            if model.has_bias:
+                design = torch.cat([inputs, torch.ones_like(inputs[:, :1])], dim=1)
+                precision.append(model.bias_precision[0])
+            precision = torch.tensor(precision, dtype=inputs.dtype, device=inputs.device)
+            self._first = (inputs.clone(), LinearGaussianConditional(design, precision, model.delta_z[0], True))
+        return self._first[1]
+
+    def pre_activation(self, layer: int, below: Tensor) -> Tensor:
+        """omega = X^(l) W^(l)T + b^(l) for weight layer ``layer`` (0-based) on its input ``below``."""
+        omega = below @ self.weights[layer].mT
+        bias = self.biases[layer]
+        return omega if bias is None else omega + bias.unsqueeze(-2)
+
+    @torch.no_grad()
+    def sweep(self, inputs: Tensor, targets: Tensor, latents: Mapping[str, Tensor]) -> None:
+        """One sweep, in place. ``inputs`` ``(n, d_1)``; ``targets``: the regression targets ``(n,)``
+        or ``(C, n)``, or the probit labels (same shapes, integers); ``latents``: the model's
+        :meth:`NoisyMLP.latent_names` to ``(C, n, d_l)`` tensors."""
+        model, gen, depth = self.model, self.generator, self.model.depth
+        xs = [inputs] + [latents[f"x{j}"] for j in range(2, depth + 1)]  # xs[l] feeds weight layer l
+        if model.output == "probit":
+            top = latents[f"z{depth + 1}"]
+            omega = self.pre_activation(depth - 1, xs[-1])
+            top.copy_(probit_scores(omega, targets, model.delta_z[-1], top, gen))
+        else:
+            chains = self.weights[0].shape[0]
+            top = targets.to(inputs.dtype).expand(chains, inputs.shape[0]).unsqueeze(-1)
+        for layer in range(depth - 1, 0, -1):
+            above = top if layer == depth - 1 else latents[f"z{layer + 2}"]
+            delta_z = model.delta_z[layer]
+            weight, bias = self.weights[layer], self.biases[layer]
+            precision = torch.full((weight.shape[-1],), model.prior_precision[layer], dtype=weight.dtype,
+                                   device=weight.device)
+            shifted = above if bias is None else above - bias.unsqueeze(-2)
+            weight.copy_(LinearGaussianConditional(xs[layer], precision, delta_z).sample(shifted, gen))
+            if bias is not None:
+                bias.copy_(sample_bias(above - xs[layer] @ weight.mT, delta_z, model.bias_precision[layer], gen))
+                shifted = above - bias.unsqueeze(-2)
+            z, x = latents[f"z{layer + 1}"], xs[layer]
+            post_precision = torch.full_like(precision, 1.0 / model.delta_x[layer - 1])
+            post = LinearGaussianConditional(weight, post_precision, delta_z)
+            x.copy_(post.sample(shifted.mT, gen, prior_mean=model.sigma(z)))
+            pieces = pre_activation_pieces(model.activation, self.pre_activation(layer - 1, xs[layer - 1]), x,
+                                           model.delta_z[layer - 1], model.delta_x[layer - 1])
+            z.copy_(two_piece_mixture(*pieces, gen))
+        first = self.first_layer(inputs).sample(latents["z2"] if depth > 1 else top, gen)
+        self.weights[0].copy_(first[..., : inputs.shape[1]])
+        if self.biases[0] is not None:
+            self.biases[0].copy_(first[..., -1])

@@ -1,0 +1,56 @@
+"""Resampling of weighted particles and the effective sample size, all from log-weights.
+
+Feynman-Kac spec §3 (Algorithm 3, "resample") and pitfalls §8.1-8.2: each scheme maps
+normalised log-weights ``log w`` (J,) to J ancestor indices whose expected copy counts are
+``J w_j``. Cumulative sums are taken in float64 and indices clipped to J - 1 so rounding
+can never select a particle past the end.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["RESAMPLERS", "effective_sample_size", "resample"]
+
+
+def effective_sample_size(log_weights: Tensor) -> Tensor:
+    """ESS = 1 / sum_j w_j^2 = exp(-logsumexp(2 log w)) of normalised log-weights."""
+    return torch.exp(-torch.logsumexp(2.0 * log_weights, dim=-1))
+
+
+def _inverse_cdf(log_weights: Tensor, uniforms: Tensor) -> Tensor:
+    """Indices ``i`` with ``cumsum(w)[i-1] <= u < cumsum(w)[i]`` for sorted ``u`` in [0, 1)."""
+    cdf = torch.cumsum(torch.softmax(log_weights.double(), dim=-1), dim=-1)
+    index = torch.searchsorted(cdf, uniforms.double(), right=True)
+    return index.clamp_(max=log_weights.shape[-1] - 1)
+
+
+def _multinomial(log_weights: Tensor, generator: torch.Generator) -> Tensor:
+    """J independent draws from Categorical(w)."""
+    num = log_weights.shape[-1]
+    uniforms = torch.rand(num, generator=generator, device=log_weights.device, dtype=torch.float64)
+    return _inverse_cdf(log_weights, uniforms.sort().values)
+
+
+def _stratified(log_weights: Tensor, generator: torch.Generator) -> Tensor:
+    """One uniform in each stratum [(j)/J, (j+1)/J): u_j = (j + U_j) / J (the paper's choice)."""
+    num = log_weights.shape[-1]
+    offsets = torch.rand(num, generator=generator, device=log_weights.device, dtype=torch.float64)
+    return _inverse_cdf(log_weights, (torch.arange(num, device=log_weights.device) + offsets) / num)
+
+
+def _systematic(log_weights: Tensor, generator: torch.Generator) -> Tensor:
+    """One shared offset: u_j = (j + U) / J."""
+    num = log_weights.shape[-1]
+    offset = torch.rand(1, generator=generator, device=log_weights.device, dtype=torch.float64)
+    return _inverse_cdf(log_weights, (torch.arange(num, device=log_weights.device) + offset) / num)
+
+
+RESAMPLERS = {"multinomial": _multinomial, "stratified": _stratified, "systematic": _systematic}
+
+
+def resample(log_weights: Tensor, scheme: str, generator: torch.Generator) -> Tensor:
+    """Ancestor indices ``(J,)`` drawn with ``scheme`` (one of :data:`RESAMPLERS`)."""
+    if scheme not in RESAMPLERS:
+        raise ValueError(f"resampling must be one of {sorted(RESAMPLERS)}, got {scheme!r}")
+    return RESAMPLERS[scheme](log_weights, generator)

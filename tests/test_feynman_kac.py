@@ -1,0 +1,163 @@
+"""Partial BNNs and the Feynman-Kac samplers: exact on a linear-Gaussian model, psi's MLE."""
+import math
+
+import lightning as L
+import pytest
+import torch
+from torch import nn
+
+from lit_bayes import OHSMC, SGSMC, Bernoulli, Gaussian
+from lit_bayes.data import LinearRegression
+from lit_bayes.models import MLP, PartialBNN, PartialMLP
+
+
+class LinearOffset(nn.Module):
+    """y = x . phi + psi: phi ~ N(0, I) stochastic, psi a deterministic offset."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.phi = nn.Parameter(torch.zeros(dim))
+        self.psi = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x):
+        return (x @ self.phi + self.psi).unsqueeze(-1)
+
+
+def exact_linear_gaussian(a, y, psi, noise_std):
+    """Posterior N(mean, cov) of phi and log p(y; psi) for y = a phi + psi + eps, phi ~ N(0, I)."""
+    n, d = a.shape
+    cov = torch.linalg.inv(torch.eye(d, dtype=a.dtype) + a.T @ a / noise_std**2)
+    mean = cov @ a.T @ (y - psi) / noise_std**2
+    marginal = torch.distributions.MultivariateNormal(
+        torch.full((n,), psi, dtype=a.dtype), a @ a.T + noise_std**2 * torch.eye(n, dtype=a.dtype)
+    )
+    return mean, cov, float(marginal.log_prob(y))
+
+
+def _linear_gaussian_problem(n=10, noise_std=0.5):
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(n, 2, generator=gen, dtype=torch.float64)
+    y = a @ torch.tensor([1.0, -0.5], dtype=torch.float64) + 0.3 + noise_std * torch.randn(n, generator=gen, dtype=torch.float64)
+    return a, y
+
+
+def _detached_sgsmc(num_particles, psi, noise_std, seed, steps=10):
+    sampler = SGSMC(PartialBNN(LinearOffset(2), ["phi"]), Gaussian(noise_std), num_particles=num_particles,
+                    num_data=10, kernel_options={"variance": 0.05, "steps": steps}, seed=seed).double()
+    sampler.setup("fit")
+    sampler.make_generator()
+    with torch.no_grad():
+        sampler.model.net.psi.fill_(psi)
+    return sampler
+
+
+def test_partial_bnn_fast_path_equals_the_vmap_path_and_runs_the_trunk_once():
+    torch.manual_seed(0)
+    fast = PartialMLP([3, 6, 5, 2], stochastic_layer=1)
+    general = PartialBNN(fast.net, ["2.weight", "2.bias"])
+    general._split = None  # force the generic vmap(functional_call) path
+    phi = {n: torch.randn(7, *p.shape) for n, p in fast.stochastic_parameters().items()}
+    x = torch.randn(4, 3)
+    calls = []
+    fast.net[0].register_forward_hook(lambda *args: calls.append(1))
+    out = fast.particle_forward(phi, x)
+    assert len(calls) == 1 and out.shape == (7, 4, 2)
+    assert torch.allclose(out, general.particle_forward(phi, x), atol=1e-6)
+    assert torch.allclose(out, fast.particle_forward_loop(phi, x), atol=1e-6)
+    for j in (0, 6):  # and each particle equals the plain network with phi^j plugged in
+        net = PartialMLP([3, 6, 5, 2], 1)
+        net.load_state_dict(fast.state_dict())
+        with torch.no_grad():
+            net.net[2].weight.copy_(phi["2.weight"][j])
+            net.net[2].bias.copy_(phi["2.bias"][j])
+        assert torch.allclose(out[j], net(x), atol=1e-6)
+
+
+def test_partial_bnn_gradient_reaches_psi_only():
+    torch.manual_seed(0)
+    model = PartialMLP([2, 4, 3, 1], stochastic_layer=1)
+    phi = {n: torch.randn(5, *p.shape, requires_grad=True) for n, p in model.stochastic_parameters().items()}
+    model.particle_forward(phi, torch.randn(6, 2)).sum().backward()
+    assert all(p.grad is not None for p in model.deterministic_parameters())
+    assert all(p.grad is None for p in model.stochastic_parameters().values())
+
+
+def test_partial_bnn_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="stochastic"):
+        PartialBNN(nn.Sequential(nn.Linear(2, 2)), "5")
+    with pytest.raises(ValueError, match="not parameters"):
+        PartialBNN(nn.Sequential(nn.Linear(2, 2)), ["0.kernel"])
+    with pytest.raises(ValueError, match="stochastic_layer"):
+        PartialMLP([2, 3, 1], stochastic_layer=2)
+    with pytest.raises(ValueError, match="phi must hold"):
+        PartialMLP([2, 3, 1], 0).particle_forward({"0.weight": torch.zeros(1, 3, 2)}, torch.zeros(1, 2))
+
+
+def test_full_batch_smc_matches_the_exact_posterior():
+    """SGSMC on one batch holding all the data is Algorithm 1 with an invariant RWMH move:
+    its weighted cloud must have the exact posterior mean and covariance."""
+    a, y = _linear_gaussian_problem()
+    mean, cov, _ = exact_linear_gaussian(a, y, 0.2, 0.5)
+    means, covs = [], []
+    for seed in range(6):
+        sampler = _detached_sgsmc(2000, 0.2, 0.5, seed)
+        sampler.filter_batch(a, y)
+        flat, w = sampler.chains.flat(), sampler.log_weights.exp()
+        m = (w[:, None] * flat).sum(0)
+        means.append(m)
+        covs.append(((flat - m).T * w) @ (flat - m))
+    means, covs = torch.stack(means), torch.stack(covs)
+    # tolerance from the spread of independent runs (4 standard errors) plus the O(1/J) bias
+    se_mean = means.std(0) / math.sqrt(len(means))
+    assert ((means.mean(0) - mean).abs() <= 4 * se_mean + 2e-3).all(), (means.mean(0), mean)
+    se_cov = covs.std(0) / math.sqrt(len(covs))
+    assert ((covs.mean(0) - cov).abs() <= 4 * se_cov + 0.05 * cov.diagonal().max()).all(), (covs.mean(0), cov)
+
+
+def test_smc_evidence_estimate_is_unbiased():
+    """E[p_hat(y)] = p(y): the ratio p_hat / p averages to 1 within its standard error."""
+    a, y = _linear_gaussian_problem(n=8)
+    _, _, log_z = exact_linear_gaussian(a, y, 0.2, 0.5)
+    sampler = _detached_sgsmc(32, 0.2, 0.5, seed=0, steps=3)
+    ratios = []
+    for _ in range(300):
+        sampler.filter_batch(a, y)
+        ratios.append(math.exp(float(sampler.log_evidence) - log_z))
+    ratios = torch.tensor(ratios, dtype=torch.float64)
+    se = float(ratios.std() / math.sqrt(len(ratios)))
+    assert abs(float(ratios.mean()) - 1.0) <= 4 * se, (float(ratios.mean()), se)
+    assert 0.0 < se < 0.1  # the test has power: a biased estimator (e.g. log-mean) would be caught
+
+
+def test_ohsmc_recovers_the_maximum_likelihood_psi():
+    data = LinearRegression(num_train=200, num_val=1, num_test=1, weights=(1.0, -0.5), bias=0.3,
+                            noise_std=0.5, batch_size=20, seed=1)
+    data.setup("fit")
+    a, y = (t.double() for t in data.train_data.tensors)
+    sigma = a @ a.T + 0.25 * torch.eye(200, dtype=torch.float64)
+    s1 = torch.linalg.solve(sigma, torch.ones(200, dtype=torch.float64))
+    psi_mle, psi_se = float(s1 @ y / s1.sum()), float(s1.sum() ** -0.5)
+    torch.manual_seed(0)
+    sampler = OHSMC(PartialBNN(LinearOffset(2), ["phi"]), Gaussian(0.5), num_particles=256,
+                    kernel_options={"variance": 1e-3}, lr=0.01, seed=0)
+    trainer = L.Trainer(max_epochs=30, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, precision="64-true")
+    trainer.fit(sampler, datamodule=data)
+    psi = float(sampler.model.net.psi)
+    assert abs(psi - 0.0) > 5 * psi_se  # it moved from its initial value 0
+    assert abs(psi - psi_mle) < 0.25 * psi_se, (psi, psi_mle, psi_se)
+    assert math.isfinite(float(sampler.log_evidence))
+
+
+def test_feynman_kac_samplers_reject_bad_arguments():
+    model = PartialMLP([2, 3, 1], 0)
+    with pytest.raises(ValueError, match="PartialBNN"):
+        OHSMC(MLP([2, 3, 1]), Bernoulli())
+    with pytest.raises(ValueError, match="num_particles"):
+        OHSMC(model, Bernoulli(), num_particles=0)
+    with pytest.raises(ValueError, match="kernel must be"):
+        OHSMC(model, Bernoulli(), kernel="rwmh")
+    with pytest.raises(ValueError, match="lr"):
+        SGSMC(model, Bernoulli(), lr=-1.0)
+    with pytest.raises(ValueError, match="optimizer"):
+        SGSMC(model, Bernoulli(), optimizer="lbfgs")

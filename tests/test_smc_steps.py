@@ -1,0 +1,146 @@
+"""Resampling, the effective sample size, the particle stepper and the Markov kernels."""
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from lit_bayes import GaussianPrior
+from lit_bayes.steppers.kernels import OrnsteinUhlenbeck, RandomWalk, RandomWalkMetropolis, make_kernel
+from lit_bayes.steppers.resampling import RESAMPLERS, effective_sample_size, resample
+from lit_bayes.steppers.smc import ParticleStepper
+
+
+def _log_weights(values):
+    w = torch.tensor(values, dtype=torch.float64)
+    return (w / w.sum()).log()
+
+
+@pytest.mark.parametrize("scheme", sorted(RESAMPLERS))
+def test_resampling_copy_counts_have_expectation_J_w(scheme):
+    log_w = _log_weights([0.5, 0.05, 0.2, 0.0, 0.25, 1e-9, 0.0, 0.0])
+    gen = torch.Generator().manual_seed(0)
+    draws = 4000
+    counts = torch.stack([torch.bincount(resample(log_w, scheme, gen), minlength=8) for _ in range(draws)]).double()
+    expected = 8 * log_w.exp()
+    # standard error of the mean count is at most sqrt(J w (1 - w) / draws) (multinomial)
+    se = (expected * (1 - log_w.exp()) / draws).sqrt().clamp_min(1e-3)
+    assert ((counts.mean(0) - expected).abs() <= 5 * se).all(), (counts.mean(0), expected)
+    assert counts[:, 3].max() == 0 and counts[:, 6].max() == 0  # zero weight: never an ancestor
+    if scheme in ("stratified", "systematic"):  # low-variance schemes: |count - J w| < 2
+        assert ((counts - expected).abs() < 2).all()
+
+
+def test_resampling_indices_stay_in_range_when_cumsum_rounds_below_one():
+    log_w = torch.full((1000,), -math.log(1000.0), dtype=torch.float32) + 1e-7  # sums to slightly over 1
+    gen = torch.Generator().manual_seed(1)
+    for scheme in RESAMPLERS:
+        idx = resample(log_w, scheme, gen)
+        assert idx.min() >= 0 and idx.max() <= 999
+
+
+def test_resample_rejects_unknown_scheme():
+    with pytest.raises(ValueError, match="resampling"):
+        resample(torch.zeros(3), "residual", torch.Generator())
+
+
+def test_effective_sample_size():
+    assert float(effective_sample_size(_log_weights([1, 1, 1, 1]))) == pytest.approx(4.0)
+    assert float(effective_sample_size(_log_weights([1, 0, 0, 0]))) == pytest.approx(1.0)
+    assert float(effective_sample_size(_log_weights([3, 1]))) == pytest.approx(1 / (0.75**2 + 0.25**2))
+
+
+def test_reweight_evidence_increment_and_gradient_weights():
+    gen = torch.Generator().manual_seed(0)
+    prev = _log_weights([0.1, 0.2, 0.3, 0.4])
+    pot = torch.tensor([-700.0, -701.0, -699.5, -702.0], dtype=torch.float64)  # exp underflows: log space only
+    result = ParticleStepper("systematic", 1.0).reweight(prev, pot, gen)
+    assert float(result.log_increment) == pytest.approx(float(torch.logsumexp(prev + pot, 0)))
+    assert torch.equal(result.gradient_weights, torch.bincount(result.ancestors, minlength=4).double() / 4)
+    assert torch.allclose(result.log_weights, torch.full((4,), -math.log(4.0), dtype=torch.float64))
+    kept = ParticleStepper("systematic", 0.0).reweight(prev, pot, gen)  # never resample
+    assert kept.ancestors is None
+    assert torch.allclose(kept.log_weights, prev + pot - torch.logsumexp(prev + pot, 0))
+    assert torch.allclose(kept.gradient_weights.sum(), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_reweight_resamples_only_below_the_ess_threshold():
+    gen = torch.Generator().manual_seed(0)
+    stepper = ParticleStepper("stratified", 0.5)
+    flat = torch.full((4,), -math.log(4.0), dtype=torch.float64)
+    assert stepper.reweight(flat, torch.tensor([0.0, 0.1, 0.0, 0.1], dtype=torch.float64), gen).ancestors is None
+    assert stepper.reweight(flat, torch.tensor([0.0, -9.0, -9.0, -9.0], dtype=torch.float64), gen).ancestors is not None
+
+
+def test_reweight_nan_potential_gets_zero_weight_and_all_zero_is_an_error():
+    gen = torch.Generator().manual_seed(0)
+    flat = torch.full((3,), -math.log(3.0))
+    result = ParticleStepper("stratified", 0.0).reweight(flat, torch.tensor([0.0, float("nan"), 0.0]), gen)
+    assert result.log_weights[1] == -math.inf
+    with pytest.raises(FloatingPointError, match="degenerated"):
+        ParticleStepper().reweight(flat, torch.full((3,), -math.inf), gen)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(resampling="residual"), "resampling"), (dict(ess_threshold=1.5), "ess_threshold"),
+])
+def test_particle_stepper_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ParticleStepper(**kwargs)
+
+
+def test_ou_kernel_keeps_the_gaussian_prior_invariant():
+    prior = GaussianPrior(1.0, {"net.a": 4.0})
+    gen = torch.Generator().manual_seed(0)
+    particles = prior.sample({"net.a": torch.zeros(20000), "net.b": torch.zeros(20000)}, gen)
+    kernel = OrnsteinUhlenbeck(0.1, prior)
+    for _ in range(5):
+        particles = kernel.move(particles, gen)
+    assert stats.kstest(particles["net.a"].numpy() / 2.0, "norm").pvalue > 1e-3
+    assert stats.kstest(particles["net.b"].numpy(), "norm").pvalue > 1e-3
+    # and it moves: correlation e^{-delta/(2v)} per step
+    start = prior.sample({"net.b": torch.zeros(20000)}, gen)
+    moved = kernel.move(start, gen)
+    corr = float(torch.corrcoef(torch.stack([start["net.b"], moved["net.b"]]))[0, 1])
+    assert corr == pytest.approx(math.exp(-0.05), abs=0.01)
+
+
+def test_random_walk_adds_noise_of_the_given_variance():
+    gen = torch.Generator().manual_seed(0)
+    moved = RandomWalk(0.01).move({"p": torch.zeros(50000)}, gen)["p"]
+    assert stats.kstest(moved.numpy() / 0.1, "norm").pvalue > 1e-3
+
+
+def test_random_walk_metropolis_leaves_its_target_invariant():
+    """Start at exact draws of N((1, -2), diag(0.25, 4)); after moves they are still its draws."""
+    gen = torch.Generator().manual_seed(0)
+    mean, std = torch.tensor([1.0, -2.0]), torch.tensor([0.5, 2.0])
+
+    def log_target(p):
+        return (-0.5 * ((p["x"] - mean) / std) ** 2).sum(-1)
+
+    particles = {"x": mean + std * torch.randn(20000, 2, generator=gen)}
+    kernel = RandomWalkMetropolis(0.5, steps=10)
+    moved = kernel.move(particles, gen, log_target)["x"]
+    assert 0.2 < float(kernel.acceptance) < 0.9
+    assert (moved != particles["x"]).any(1).float().mean() > 0.5
+    for i in range(2):
+        assert stats.kstest(((moved[:, i] - mean[i]) / std[i]).numpy(), "norm").pvalue > 1e-3
+
+
+def test_random_walk_metropolis_rejects_nan_targets_and_needs_a_target():
+    gen = torch.Generator().manual_seed(0)
+    start = {"x": torch.zeros(100, 1)}
+    moved = RandomWalkMetropolis(1.0, 3).move(start, gen, lambda p: torch.where(p["x"][:, 0] == 0, 0.0, float("nan")))
+    assert torch.equal(moved["x"], start["x"])
+    with pytest.raises(ValueError, match="log_target"):
+        RandomWalkMetropolis(1.0).move(start, gen)
+
+
+@pytest.mark.parametrize("name, options, match", [
+    ("langevin", {}, "kernel must be"), ("random_walk", {"variance": -1.0}, "variance"),
+    ("ou", {"delta": 0.0}, "delta"), ("rwmh", {"steps": 0}, "steps"), ("rwmh", {"size": 1}, "kernel_options"),
+])
+def test_make_kernel_rejects_bad_arguments(name, options, match):
+    with pytest.raises(ValueError, match=match):
+        make_kernel(name, GaussianPrior(1.0), options)

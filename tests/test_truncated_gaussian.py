@@ -1,0 +1,157 @@
+"""Truncated-Gaussian conditionals (noisy-gibbs spec §2.3, App. E, §8 items 1-2): KS tests of many
+draws against the exact densities, written here from scratch (scipy special functions and a
+numerically integrated density), including tails far beyond 7 sigma."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import special, stats
+
+from lit_bayes.steppers.truncated_gaussian import (
+    pre_activation_pieces,
+    probit_scores,
+    standard_normal_above,
+    truncated_normal,
+    two_piece_mixture,
+)
+
+DRAWS = 20_000
+P_MIN = 1e-3  # fixed seeds: a pass is deterministic
+
+
+def generator(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def upper_tail_cdf(alpha):
+    """CDF of N(0, 1) conditioned on X >= alpha, stable far in the tail."""
+    return lambda t: -np.expm1(special.log_ndtr(-np.asarray(t)) - special.log_ndtr(-alpha))
+
+
+@pytest.mark.parametrize("alpha", [-30.0, -5.0, -1.0, 0.0, 2.5, 6.99, 7.0, 9.0, 40.0, 1e4])
+def test_standard_normal_above_matches_truncated_density(alpha):
+    draws = standard_normal_above(torch.full((DRAWS,), alpha, dtype=torch.float64), generator()).numpy()
+    assert np.isfinite(draws).all() and (draws >= alpha).all()
+    assert stats.kstest(draws, upper_tail_cdf(alpha)).pvalue > P_MIN
+
+
+@pytest.mark.parametrize("mean, std, bound, above", [
+    (1.0, 2.0, -0.5, True),
+    (1.0, 0.01, 0.9, False),  # 10 sigma into the lower tail
+    (-3.0, 0.5, 2.0, True),   # 10 sigma into the upper tail
+    (0.0, 1e-3, -1.0, False),  # 1000 sigma
+])
+def test_truncated_normal_either_side(mean, std, bound, above):
+    args = [torch.full((DRAWS,), v, dtype=torch.float32) for v in (mean, std, bound)]
+    draws = truncated_normal(*args, above, generator(1)).numpy()
+    assert np.isfinite(draws).all()
+    assert (draws >= bound).all() if above else (draws <= bound).all()
+    standardized = (draws - mean) / std if above else (mean - draws) / std
+    alpha = (bound - mean) / std if above else (mean - bound) / std
+    assert stats.kstest(standardized, upper_tail_cdf(alpha)).pvalue > P_MIN
+
+
+def test_truncated_normal_mixed_sides_per_element():
+    above = torch.arange(DRAWS) % 2 == 0
+    draws = truncated_normal(torch.zeros(DRAWS), torch.ones(DRAWS), torch.full((DRAWS,), 0.5), above, generator(2))
+    assert (draws[above] >= 0.5).all() and (draws[~above] <= 0.5).all()
+    assert stats.kstest(-draws[~above].numpy(), upper_tail_cdf(-0.5)).pvalue > P_MIN
+
+
+SIGMA = {"relu": lambda z: np.maximum(z, 0.0), "sign": np.sign, "abs": np.abs, "linear": lambda z: z}
+
+
+def exact_cdf(activation, omega, post, delta_z, delta_x):
+    """CDF of p(z) ∝ exp[-(z - omega)^2 / 2 Delta_Z - (sigma(z) - x)^2 / 2 Delta_X] (eq. 10) by
+    trapezoidal integration of the raw density on a fine grid (independent of the piece algebra)."""
+    spread = 20.0 * math.sqrt(max(delta_z, delta_x))
+    centres = [omega, post, -post, 0.0]
+    grid = np.unique(np.concatenate([np.linspace(min(centres) - spread, max(centres) + spread, 400_001),
+                                     [-1e-300, 0.0, 1e-300]]))
+    log_p = -((grid - omega) ** 2) / (2 * delta_z) - (SIGMA[activation](grid) - post) ** 2 / (2 * delta_x)
+    density = np.exp(log_p - log_p.max())
+    cumulative = np.concatenate([[0.0], np.cumsum((density[1:] + density[:-1]) / 2 * np.diff(grid))])
+    cumulative /= cumulative[-1]
+    return lambda t: np.interp(t, grid, cumulative)
+
+
+CASES = [
+    ("relu", 0.3, 0.5, 0.5, 0.2),
+    ("relu", -0.4, 0.8, 0.1, 0.1),
+    ("relu", 0.1, 0.0, 1e-4, 1e-6),     # negative piece is N(0.1, 1e-4) cut at 10 sigma, still ~25% of the mass
+    ("relu", -1.0, 1.0, 1e-4, 1e-4),    # positive piece's mean ~0 while omega is -100 sigma
+    ("sign", 0.2, 0.3, 0.5, 0.3),
+    ("sign", 0.05, -0.9, 1e-4, 0.05),   # the positive side needs z > 0 at 5 sigma
+    ("abs", 0.5, 0.4, 0.3, 0.2),
+    ("abs", 0.01, 1.0, 1e-4, 1e-4),     # two separated modes near +-1
+    ("linear", 1.5, -0.5, 0.2, 0.1),
+    ("linear", 1.0, 1.0, 1e-6, 1e-6),   # the whole mass 1400 sigma above the cut at 0
+]
+
+
+@pytest.mark.parametrize("activation, omega, post, delta_z, delta_x", CASES)
+def test_pre_activation_conditional_matches_exact_density(activation, omega, post, delta_z, delta_x):
+    full = lambda v: torch.full((DRAWS,), v, dtype=torch.float64)  # noqa: E731
+    pieces = pre_activation_pieces(activation, full(omega), full(post), delta_z, delta_x)
+    draws = two_piece_mixture(*pieces, generator(3)).numpy()
+    assert np.isfinite(draws).all()
+    assert stats.kstest(draws, exact_cdf(activation, omega, post, delta_z, delta_x)).pvalue > P_MIN
+
+
+@pytest.mark.parametrize("activation", ["relu", "sign", "abs", "linear"])
+def test_pre_activation_extreme_values_stay_finite(activation):
+    """|omega|, |x| up to 1e3 with Delta down to 1e-8: naive erfc ratios would give 0/0 or inf/inf."""
+    values = torch.tensor([-1e3, -50.0, -1.0, 0.0, 1.0, 50.0, 1e3], dtype=torch.float64)
+    omega, post = (t.reshape(-1) for t in torch.meshgrid(values, values, indexing="ij"))
+    for delta_z, delta_x in [(1e-8, 1e-8), (1e-8, 1.0), (1.0, 1e-8)]:
+        draws = two_piece_mixture(*pre_activation_pieces(activation, omega, post, delta_z, delta_x), generator(4))
+        assert torch.isfinite(draws).all(), (delta_z, delta_x)
+
+
+def test_relu_mixture_weight_equals_paper_closed_form():
+    """p_- = 1 / (1 + Z_+ / Z_-) with the masses of App. E.1 (eq. 10), where they are representable."""
+    omega = torch.tensor([-0.7, -0.1, 0.0, 0.4, 1.2], dtype=torch.float64)
+    post = torch.tensor([0.3, -0.2, 0.5, 0.4, 1.0], dtype=torch.float64)
+    delta_z, delta_x = 0.3, 0.2
+    v = delta_x * delta_z / (delta_x + delta_z)
+    z_minus = np.sqrt(np.pi * delta_z / 2) * np.exp(omega.numpy() ** 2 / (2 * delta_z)) * special.erfc(
+        omega.numpy() / np.sqrt(2 * delta_z))
+    s = delta_z * post.numpy() + delta_x * omega.numpy()
+    scale = 2 * (delta_x + delta_z) * delta_x * delta_z
+    z_plus = np.sqrt(np.pi * v / 2) * np.exp(s**2 / scale) * (1 + special.erf(s / np.sqrt(scale)))
+    expected = 1 / (1 + z_plus / z_minus)
+    (m_n, v_n, k_n), (m_p, v_p, k_p) = pre_activation_pieces("relu", omega, post, delta_z, delta_x)
+    log_mass = lambda m, var, k, side: k + 0.5 * torch.log(var) + torch.special.log_ndtr(side * m / var.sqrt())  # noqa: E731
+    p_minus = torch.sigmoid(log_mass(m_n, v_n, k_n, -1) - log_mass(m_p, v_p, k_p, 1))
+    np.testing.assert_allclose(p_minus.numpy(), expected, rtol=1e-10)
+    draws = torch.stack([two_piece_mixture((m_n, v_n, k_n), (m_p, v_p, k_p), generator(s)) for s in range(4000)])
+    frequency = (draws <= 0).double().mean(0).numpy()
+    assert np.all(np.abs(frequency - expected) < 4.5 * np.sqrt(expected * (1 - expected) / 4000))
+
+
+def test_probit_step_keeps_labels_and_the_gaussian_scores():
+    """Scores Z ~ N(omega, Delta) with y = argmax Z are an exact joint draw; the probit step
+    (eqs. 50-51) must keep y = argmax Z and keep each score's marginal N(omega_a, Delta)."""
+    gen = generator(5)
+    omega = torch.tensor([0.3, -0.5, 0.0, 1.0], dtype=torch.float64).expand(DRAWS, 4)
+    delta = 0.7
+    scores = omega + math.sqrt(delta) * torch.randn(omega.shape, generator=gen, dtype=torch.float64)
+    labels = scores.argmax(-1)
+    for _ in range(5):
+        scores = probit_scores(omega, labels, delta, scores, gen)
+        assert torch.equal(scores.argmax(-1), labels)
+    for a in range(4):
+        assert stats.kstest(scores[:, a].numpy(), stats.norm(float(omega[0, a]), math.sqrt(delta)).cdf).pvalue > P_MIN
+
+
+def test_probit_step_far_in_the_tail():
+    """Label 0 although omega_1 - omega_0 = 40 sigma: Z_1 <= Z_0 is drawn beyond 7 sigma below its mean."""
+    omega = torch.tensor([[0.0, 40.0, -3.0]], dtype=torch.float64).expand(500, 3)
+    labels = torch.zeros(500, dtype=torch.long)
+    scores = torch.zeros(500, 3, dtype=torch.float64)
+    gen = generator(6)
+    for _ in range(20):
+        scores = probit_scores(omega, labels, 1.0, scores, gen)
+        assert torch.isfinite(scores).all() and torch.equal(scores.argmax(-1), labels)
+    assert (scores[:, 1] < 40.0 - 7.0).all()
