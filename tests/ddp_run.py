@@ -5,6 +5,8 @@ rank 0 writes the gathered initial states, samples, metrics and diagnostics to
 ``ROOT/result.pt``.
 ``python -m tests.ddp_run ROOT map``: one plain SGD step per process, compared with the
 same step computed without DDP (gradients must stay local); result in ``ROOT/result.pt``.
+``python -m tests.ddp_run ROOT ohsmc``: OHSMC with plain DDP (data-parallel: one particle
+cloud replicated on both processes); rank 0 writes both processes' particles and psi.
 """
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ import lightning as L
 import torch
 from torch import nn
 
-from lit_bayes import MAP, SGMCMC, BlockGibbs, Gaussian, GaussianPrior
+from lit_bayes import MAP, OHSMC, SGMCMC, BlockGibbs, Gaussian, GaussianPrior
 from lit_bayes.callbacks import ChainDiagnostics, PosteriorSamples, PredictiveMarginal, UncertaintyMetrics
 from lit_bayes.data import LinearRegression
+from lit_bayes.models import PartialMLP
 from lit_bayes.predictive import posterior_samples
 from lit_bayes.strategy import ChainParallel
 
@@ -57,9 +60,32 @@ class RecordLocalStep(L.Callback):
                 torch.save({"errors": errors.cpu()}, sys.argv[1] + "/result.pt")
 
 
+class RecordReplicas(L.Callback):
+    """Both processes' first-batch inputs, and at the end their particles and psi."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == 0:
+            self.first_batch = pl_module.all_gather(batch[0].sum().reshape(1))
+
+    def on_train_end(self, trainer, pl_module):
+        flat = torch.cat([pl_module.chains.flat().flatten(), *(p.detach().flatten() for p in pl_module.parameters())])
+        replicas = pl_module.all_gather(flat)
+        if trainer.is_global_zero:
+            torch.save({"replicas": replicas.cpu(), "first_batch": self.first_batch.flatten().cpu()},
+                       sys.argv[1] + "/result.pt")
+
+
 def main(root: str, kind: str) -> None:
     torch.set_num_threads(1)
     data = LinearRegression(num_train=64, num_val=16, num_test=32, batch_size=16, seed=1)
+    if kind == "ohsmc":
+        torch.manual_seed(0)  # the same psi initialisation on both processes
+        sampler = OHSMC(PartialMLP([3, 4, 3, 1], 1), Gaussian(1.0), num_particles=32, seed=3)
+        data = LinearRegression(num_train=64, num_val=16, num_test=16, batch_size=8, seed=1)
+        L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=4, logger=False, enable_checkpointing=False,
+                  enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                  callbacks=[RecordReplicas()], default_root_dir=root).fit(sampler, datamodule=data)
+        return
     strategy = ChainParallel(process_group_backend="gloo")
     common = dict(accelerator="cpu", devices=2, strategy=strategy, logger=False, enable_checkpointing=False,
                   enable_progress_bar=False, enable_model_summary=False, default_root_dir=root)

@@ -33,6 +33,17 @@ def test_chains_are_distinct_streams_gathered_everywhere(kind, tmp_path):
     assert "diag/rhat/energy" in result["diag"] and "diag/rhat_max" in result["diag"]
 
 
+def test_ohsmc_keeps_one_particle_cloud_over_the_global_batch(tmp_path):
+    """Data-parallel OHSMC (feynman-kac spec pitfall §8.7): the processes see different batches,
+    yet after 4 steps hold identical particles and psi, so moves and resampling shared one random
+    stream, the weights used the summed (global-batch) likelihood and the psi-gradients were averaged."""
+    result = launch(tmp_path, "ohsmc")
+    assert result["first_batch"][0] != result["first_batch"][1]
+    replicas = result["replicas"]
+    assert replicas.shape[0] == 2
+    assert torch.equal(replicas[0], replicas[1])
+
+
 def test_gradients_stay_local_to_each_process(tmp_path):
     errors = launch(tmp_path, "map")["errors"]
     assert errors.shape == (2,)
