@@ -178,6 +178,8 @@ class GaussianPrior(nn.Module):
 
     ``group_variances`` maps shell-style patterns on parameter names (``"net.0.*"``,
     ``"*.bias"``) to a variance; the first matching pattern wins, others get ``variance``.
+    An infinite variance (``.inf`` in YAML) is a flat, improper prior: that group adds nothing
+    to log p(theta) (e.g. the deterministic psi of a partial BNN under MAP) and cannot be sampled.
     The log-density includes its normalising constant, so evidence estimates are exact:
 
         log p(theta) = sum_j [ -theta_j^2 / (2 v_j) - log(2 pi v_j) / 2 ].
@@ -188,8 +190,8 @@ class GaussianPrior(nn.Module):
         if not (variance > 0 and math.isfinite(variance)):
             raise ValueError(f"prior variance must be a finite number > 0, got {variance!r}")
         for pattern, v in (group_variances or {}).items():
-            if not (v > 0 and math.isfinite(v)):
-                raise ValueError(f"group_variances[{pattern!r}] must be a finite number > 0, got {v!r}")
+            if not v > 0:
+                raise ValueError(f"group_variances[{pattern!r}] must be a number > 0 (inf: flat), got {v!r}")
         self.variance = float(variance)
         self.group_variances = dict(group_variances or {})
 
@@ -205,15 +207,23 @@ class GaussianPrior(nn.Module):
         total = None
         for name, p in params.items():
             v = self.variance_of(name)
+            if math.isinf(v):
+                continue
             flat = p.reshape(*p.shape[:batch_dims], -1)
             term = -0.5 * (flat**2).sum(-1) / v - 0.5 * flat.shape[-1] * (math.log(v) + _LOG_2PI)
             total = term if total is None else total + term
         if total is None:
-            raise ValueError("params is empty: the prior needs at least one parameter")
+            if not params:
+                raise ValueError("params is empty: the prior needs at least one parameter")
+            p = next(iter(params.values()))
+            return p.new_zeros(p.shape[:batch_dims])  # every group flat
         return total
 
     def sample(self, params: Mapping[str, Tensor], generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """Draw parameters shaped like ``params`` from the prior."""
+        flat = [name for name in params if math.isinf(self.variance_of(name))]
+        if flat:
+            raise ValueError(f"cannot sample {flat[:3]} from a flat (infinite-variance) prior; use another init")
         return {
             name: torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype) * self.variance_of(name) ** 0.5
             for name, p in params.items()

@@ -252,10 +252,19 @@ def test_prior_rejects_non_positive_variance(variance):
         GaussianPrior(variance)
 
 
-@pytest.mark.parametrize("variance", [0.0, -2.0])
+@pytest.mark.parametrize("variance", [0.0, -2.0, math.nan])
 def test_prior_rejects_non_positive_group_variance(variance):
-    with pytest.raises(ValueError, match=rf"group_variances\['\*.bias'\] must be a finite number > 0, got {variance}"):
+    with pytest.raises(ValueError, match=rf"group_variances\['\*.bias'\] must be a number > 0 \(inf: flat\), got {variance}"):
         GaussianPrior(1.0, group_variances={"net.*.weight": 2.0, "*.bias": variance})
+
+
+def test_flat_prior_group_adds_nothing_and_cannot_be_sampled():
+    prior = GaussianPrior(1.0, group_variances={"net.psi": math.inf})
+    params = {"net.psi": torch.full((3, 2), 5.0), "net.phi": torch.zeros(3, 1)}
+    torch.testing.assert_close(prior(params), prior({"net.phi": params["net.phi"]}))
+    torch.testing.assert_close(prior({"net.psi": params["net.psi"]}), torch.zeros(3))
+    with pytest.raises(ValueError, match="flat"):
+        prior.sample(params)
 
 
 @pytest.mark.parametrize("temperature", [0.0, -1.0, math.nan])

@@ -161,3 +161,27 @@ def test_feynman_kac_samplers_reject_bad_arguments():
         SGSMC(model, Bernoulli(), lr=-1.0)
     with pytest.raises(ValueError, match="optimizer"):
         SGSMC(model, Bernoulli(), optimizer="lbfgs")
+
+
+def test_hmc_over_phi_with_psi_fixed_matches_the_exact_conditional_posterior():
+    """MAP-HMC / SGSMC-HMC's second stage: HMC samples p(phi | y; psi) with psi held fixed."""
+    from lit_bayes import HMC
+    from lit_bayes.callbacks import PosteriorSamples
+    from tests.gaussian_targets import assert_matches_gaussian
+
+    data = LinearRegression(num_train=20, num_val=1, num_test=1, weights=(1.0, -0.5), bias=0.3, noise_std=0.5,
+                            batch_size=None, seed=2)
+    data.setup("fit")
+    a, y = (t.double() for t in data.train_data.tensors)
+    model = PartialBNN(LinearOffset(2), ["phi"]).fix_deterministic()
+    with torch.no_grad():
+        model.net.psi.fill_(0.2)
+    sampler = HMC(model, Gaussian(0.5), step_size=0.1, num_leapfrog=5, num_chains=8, burn_in=100, init="prior", seed=1)
+    samples = PosteriorSamples(max_draws=400)
+    trainer = L.Trainer(max_epochs=500, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, callbacks=[samples], precision="64-true")
+    trainer.fit(sampler, datamodule=data)
+    assert sampler.chains.names == ["net.net.phi"]  # psi is not sampled
+    assert float(sampler.model.net.psi) == pytest.approx(0.2)
+    mean, cov, _ = exact_linear_gaussian(a, y, 0.2, 0.5)
+    assert_matches_gaussian(samples.trace(), mean, cov)

@@ -55,7 +55,15 @@ class PartialBNN(nn.Module):
             raise ValueError(f"stochastic={stochastic!r} selects no parameters")
         self.stochastic_names = [n for n in names if n in set(phi)]
         self.deterministic_names = [n for n in names if n not in set(phi)]
+        self.fixed_parameter_names: list[str] = []
         self._split = self._sequential_split()
+
+    def fix_deterministic(self) -> PartialBNN:
+        """Hold psi fixed at its current values for the generic samplers: a
+        :class:`lit_bayes.samplers.SamplerModule` then samples phi only (``HMC`` over phi given
+        psi: the paper's MAP-HMC and SGSMC-HMC, spec §5). Returns ``self``."""
+        self.fixed_parameter_names = [f"net.{n}" for n in self.deterministic_names]
+        return self
 
     def _sequential_split(self) -> int | None:
         """Index of the ``nn.Sequential`` child holding every phi parameter, else ``None``."""
@@ -114,9 +122,13 @@ class PartialBNN(nn.Module):
         return torch.stack([functional_call(self.net, {n: p[j] for n, p in phi.items()}, (x,)) for j in range(num)])
 
     def stacked_forward(self, params: Mapping[str, Tensor], x: Tensor) -> Tensor:
-        """Entry point of :meth:`lit_bayes.samplers.SamplerModule.outputs`: ``params`` are
-        stacked phi particles (the sampled part)."""
-        return self.particle_forward(params, x)
+        """Entry point of :meth:`lit_bayes.samplers.SamplerModule.outputs`: stacked parameters
+        named as in this module's ``named_parameters`` (``net.*``). Stacked phi alone (with psi
+        fixed) takes the particle path; any other set is evaluated with ``vmap``."""
+        phi = {n[len("net."):]: p for n, p in params.items()}
+        if set(phi) == set(self.stochastic_names):
+            return self.particle_forward(phi, x)
+        return vmap(lambda p: functional_call(self, dict(p), (x,)), in_dims=(0,))(dict(params))
 
 
 class PartialMLP(PartialBNN):

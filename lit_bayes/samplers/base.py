@@ -105,8 +105,10 @@ class SamplerModule(L.LightningModule):
 
     # ------------------------------------------------------------------ state
     def template_parameters(self) -> dict[str, Tensor]:
-        """The sampled parameters of one chain, named ``net.*`` and ``likelihood.*``."""
-        named = {f"net.{n}": p for n, p in self.model.named_parameters()}
+        """The sampled parameters of one chain, named ``net.*`` and ``likelihood.*``; a model
+        may hold some fixed by listing them in ``fixed_parameter_names`` (its own names)."""
+        fixed = set(getattr(self.model, "fixed_parameter_names", ()))
+        named = {f"net.{n}": p for n, p in self.model.named_parameters() if n not in fixed}
         named.update({f"likelihood.{n}": p for n, p in self.likelihood.named_parameters()})
         if not named:
             raise ValueError("model and likelihood have no parameters to sample")
@@ -129,7 +131,7 @@ class SamplerModule(L.LightningModule):
                     if hasattr(module, "reset_parameters"):
                         module.reset_parameters()
             draws.append(dict(net.named_parameters()))
-        state.update({f"net.{n}": torch.stack([d[n].detach() for d in draws]) for n in draws[0]})
+        state.update({f"net.{n}": torch.stack([d[n].detach() for d in draws]) for n in draws[0] if f"net.{n}" in state})
         return state
 
     def setup(self, stage: str) -> None:

@@ -58,6 +58,8 @@ class FeynmanKacSampler(SamplerModule):
         ess_threshold: float,
         optimizer: str,
         lr: float,
+        lr_decay: float,
+        lr_decay_steps: int,
         optimizer_options: Mapping[str, Any] | None,
         num_data: int | None,
         burn_in: int,
@@ -74,8 +76,11 @@ class FeynmanKacSampler(SamplerModule):
         )
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-            raise ValueError(f"lr must be a positive number, got {lr!r}")
+        for name, value in (("lr", lr), ("lr_decay", lr_decay)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        self.lr_decay = float(lr_decay)
+        self.lr_decay_steps = check_int("lr_decay_steps", lr_decay_steps, 1)
         self.kernel = make_kernel(kernel, self.prior, kernel_options)
         self.stepper = ParticleStepper(resampling, ess_threshold)
         self.optimizer_name = optimizer
@@ -151,6 +156,17 @@ class FeynmanKacSampler(SamplerModule):
         self.log_weights.copy_(result.log_weights)
         self.log_evidence.add_(result.log_increment.to(self.log_evidence.dtype))
 
+    def learning_rate(self, step: int) -> float:
+        """The psi learning rate at training step ``step``."""
+        return self.lr * self.lr_decay ** (step / self.lr_decay_steps)
+
+    def optimizer_at_step(self):
+        """The psi optimiser, its learning rate set for the current step."""
+        optimizer = self.optimizers()
+        for group in optimizer.param_groups:
+            group["lr"] = self.learning_rate(self.global_step)
+        return optimizer
+
     def update_psi(self, optimizer, batch_log_lik: Tensor, gradient_weights: Tensor, batch_size: int) -> Tensor:
         """One optimiser step on ``-(N / M) sum_j w_j log p(y_S | phi^j; psi)`` (Eqs. 5-6),
         ``M = batch_size``."""
@@ -168,6 +184,7 @@ class FeynmanKacSampler(SamplerModule):
         self.log("train/ess", result.ess, prog_bar=True, on_step=True, on_epoch=False)
         self.log("train/log_evidence", self.log_evidence, on_step=True, on_epoch=False)
         self.log("train/loss", loss / self.posterior.num_data, prog_bar=True, on_step=True, on_epoch=False)
+        self.log("lr", self.learning_rate(self.global_step), on_step=True, on_epoch=False)
 
 
 class OHSMC(FeynmanKacSampler):
@@ -189,6 +206,8 @@ class OHSMC(FeynmanKacSampler):
         resampling: ``"stratified"``, ``"systematic"`` or ``"multinomial"``.
         ess_threshold: resample when ESS <= threshold * J (1: every step).
         optimizer, lr, optimizer_options: the psi optimiser (``"adam"`` at 0.01 in the paper).
+        lr_decay, lr_decay_steps: exponential decay ``lr * lr_decay ** (step / lr_decay_steps)``
+            (the crescent's ``0.1 * 0.96 ** (step / 10)``); 1 keeps ``lr`` constant.
         num_data: N of the N/M gradient scale (default: the DataModule's ``num_train``).
         burn_in, thinning: which steps' clouds :class:`PosteriorSamples` keeps.
         seed: root seed of the particles' random stream.
@@ -207,6 +226,8 @@ class OHSMC(FeynmanKacSampler):
         ess_threshold: float = 1.0,
         optimizer: Literal["adam", "sgd"] = "adam",
         lr: float = 0.01,
+        lr_decay: float = 1.0,
+        lr_decay_steps: int = 1,
         optimizer_options: dict[str, Any] | None = None,
         num_data: int | None = None,
         burn_in: int = 0,
@@ -218,7 +239,7 @@ class OHSMC(FeynmanKacSampler):
             raise ValueError(f"kernel must be 'random_walk' or 'ou' for OHSMC, got {kernel!r}")
         super().__init__(
             model, likelihood, prior, num_particles, kernel, kernel_options, resampling, ess_threshold,
-            optimizer, lr, optimizer_options, num_data, burn_in, thinning, seed, vectorize,
+            optimizer, lr, lr_decay, lr_decay_steps, optimizer_options, num_data, burn_in, thinning, seed, vectorize,
         )
 
     def transition(self, x: Tensor, y: Tensor, optimizer) -> tuple[Reweighted, Tensor]:
@@ -233,7 +254,7 @@ class OHSMC(FeynmanKacSampler):
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         x, y = self.check_batch(batch)
-        result, loss = self.transition(x, y, self.optimizers())
+        result, loss = self.transition(x, y, self.optimizer_at_step())
         self.log_step(result, loss)
         return loss
 
@@ -265,6 +286,8 @@ class SGSMC(FeynmanKacSampler):
         ess_threshold: float = 1.0,
         optimizer: Literal["adam", "sgd"] = "adam",
         lr: float = 0.01,
+        lr_decay: float = 1.0,
+        lr_decay_steps: int = 1,
         optimizer_options: dict[str, Any] | None = None,
         num_data: int | None = None,
         burn_in: int = 0,
@@ -274,7 +297,7 @@ class SGSMC(FeynmanKacSampler):
     ) -> None:
         super().__init__(
             model, likelihood, prior, num_particles, "rwmh", kernel_options, resampling, ess_threshold,
-            optimizer, lr, optimizer_options, num_data, burn_in, thinning, seed, vectorize,
+            optimizer, lr, lr_decay, lr_decay_steps, optimizer_options, num_data, burn_in, thinning, seed, vectorize,
         )
 
     @torch.no_grad()
@@ -300,7 +323,7 @@ class SGSMC(FeynmanKacSampler):
         x, y = self.check_batch(batch)
         result = self.filter_batch(x, y)
         batch_log_lik = self.point_log_likelihoods(self.particles(), x, y).sum(-1)
-        loss = self.update_psi(self.optimizers(), batch_log_lik, self.log_weights.exp(), y.shape[0])
+        loss = self.update_psi(self.optimizer_at_step(), batch_log_lik, self.log_weights.exp(), y.shape[0])
         self.log_step(result, loss)
         self.log("train/accept", self.kernel.acceptance, on_step=True, on_epoch=False)
         return loss
