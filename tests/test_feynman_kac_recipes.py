@@ -40,3 +40,15 @@ def test_table_script_writes_every_cell_beside_the_paper(tmp_path):
     assert table["rows"]["NLPD"]["paper_mean"] == 0.28
     assert len(table["rows"]["Acc."]["values"]) == 2
     assert table["rows"]["Acc."]["values"][0] != table["rows"]["Acc."]["values"][1]  # seeds differ
+
+
+@pytest.mark.parametrize("method", ["map_hmc", "sgsmc_hmc"])
+def test_two_stage_baselines_run_at_tiny_size(method, tmp_path):
+    subprocess.run(
+        [sys.executable, str(RECIPES / "run_baselines.py"), "moons", method, "--seeds", "1", "--epochs", "1",
+         "--hmc-steps", "4", "--particles", "20", "--root", str(tmp_path)],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    )
+    rows = json.loads((tmp_path / "moons" / f"{method}.json").read_text())["rows"]
+    assert 0.0 < rows["NLPD"]["values"][0] < 10.0
+    assert 0.0 <= rows["Acc."]["values"][0] <= 1.0

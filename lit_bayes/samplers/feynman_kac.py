@@ -41,32 +41,55 @@ class FeynmanKacSampler(SamplerModule):
     stream) and sum the per-particle batch log-likelihoods over processes before weighting
     (spec pitfall §8.7); each process's psi-gradient uses its own batch, which the DDP
     average turns into the global-batch gradient.
+
+    Args:
+        model: the partial BNN; its stochastic part gets ``prior`` (default N(0, I)).
+        likelihood: per-point likelihood (the paper: ``Gaussian(1.0)`` fixed noise, ``Bernoulli``, ``Categorical``).
+        num_particles: J (the paper's code: 1000).
+        kernel: the move (default: the sampler's first of ``KERNELS``): ``"random_walk"``
+            (``variance``, default 0.01) or ``"ou"`` (``delta``, default 0.1) for OHSMC,
+            ``"rwmh"`` (``variance`` 0.05, ``steps`` 10) for SGSMC.
+        kernel_options: the kernel's arguments.
+        resampling: ``"stratified"``, ``"systematic"`` or ``"multinomial"``.
+        ess_threshold: resample when ESS <= threshold * J (1: every step).
+        optimizer, lr, optimizer_options: the psi optimiser (``"adam"`` at 0.01 in the paper).
+        lr_decay, lr_decay_steps: exponential decay ``lr * lr_decay ** (step / lr_decay_steps)``
+            (the crescent's ``0.1 * 0.96 ** (step / 10)``); 1 keeps ``lr`` constant.
+        num_data: N of the N/M gradient scale (default: the DataModule's ``num_train``).
+        burn_in, thinning: which steps' clouds :class:`PosteriorSamples` keeps.
+        seed: root seed of the particles' random stream.
+        vectorize: evaluate all particles in one batched call (default) or in a reference loop.
     """
 
     predict_with_current_state = True
     independent_chains = False
 
+    KERNELS: tuple[str, ...] = ()  # the moves a subclass allows; the first is its default
+
     def __init__(
         self,
         model: PartialBNN,
         likelihood: Likelihood,
-        prior: GaussianPrior | None,
-        num_particles: int,
-        kernel: str,
-        kernel_options: Mapping[str, Any] | None,
-        resampling: str,
-        ess_threshold: float,
-        optimizer: str,
-        lr: float,
-        lr_decay: float,
-        lr_decay_steps: int,
-        optimizer_options: Mapping[str, Any] | None,
-        num_data: int | None,
-        burn_in: int,
-        thinning: int,
-        seed: int,
-        vectorize: bool,
+        prior: GaussianPrior | None = None,
+        num_particles: int = 1000,
+        kernel: Literal["random_walk", "ou", "rwmh"] | None = None,
+        kernel_options: dict[str, Any] | None = None,
+        resampling: Literal["stratified", "systematic", "multinomial"] = "stratified",
+        ess_threshold: float = 1.0,
+        optimizer: Literal["adam", "sgd"] = "adam",
+        lr: float = 0.01,
+        lr_decay: float = 1.0,
+        lr_decay_steps: int = 1,
+        optimizer_options: dict[str, Any] | None = None,
+        num_data: int | None = None,
+        burn_in: int = 0,
+        thinning: int = 1,
+        seed: int = 0,
+        vectorize: bool = True,
     ) -> None:
+        kernel = self.KERNELS[0] if kernel is None else kernel
+        if kernel not in self.KERNELS:
+            raise ValueError(f"kernel must be one of {self.KERNELS} for {type(self).__name__}, got {kernel!r}")
         if not isinstance(model, PartialBNN):
             raise ValueError(f"model must be a lit_bayes.models.PartialBNN, got {type(model).__name__}")
         check_int("num_particles", num_particles, 1)
@@ -195,52 +218,10 @@ class OHSMC(FeynmanKacSampler):
     log-weights, normalise, resample (stratified, every step by default), then one Adam
     step on psi with the Fisher-identity gradient at the psi used for weighting. The cloud
     targets the open-horizon model (Eq. 7), whose spread the move variance sets; predictions
-    use the current cloud and psi.
-
-    Args:
-        model: the partial BNN; its stochastic part gets ``prior`` (default N(0, I)).
-        likelihood: per-point likelihood (the paper: ``Gaussian(1.0)`` fixed noise, ``Bernoulli``, ``Categorical``).
-        num_particles: J (the paper's code: 1000).
-        kernel: ``"random_walk"`` (``variance``, default 0.01) or ``"ou"`` (``delta``, default 0.1).
-        kernel_options: the kernel's arguments.
-        resampling: ``"stratified"``, ``"systematic"`` or ``"multinomial"``.
-        ess_threshold: resample when ESS <= threshold * J (1: every step).
-        optimizer, lr, optimizer_options: the psi optimiser (``"adam"`` at 0.01 in the paper).
-        lr_decay, lr_decay_steps: exponential decay ``lr * lr_decay ** (step / lr_decay_steps)``
-            (the crescent's ``0.1 * 0.96 ** (step / 10)``); 1 keeps ``lr`` constant.
-        num_data: N of the N/M gradient scale (default: the DataModule's ``num_train``).
-        burn_in, thinning: which steps' clouds :class:`PosteriorSamples` keeps.
-        seed: root seed of the particles' random stream.
-        vectorize: evaluate all particles in one batched call (default) or in a reference loop.
+    use the current cloud and psi. Args: as :class:`FeynmanKacSampler`.
     """
 
-    def __init__(
-        self,
-        model: PartialBNN,
-        likelihood: Likelihood,
-        prior: GaussianPrior | None = None,
-        num_particles: int = 1000,
-        kernel: Literal["random_walk", "ou"] = "random_walk",
-        kernel_options: dict[str, Any] | None = None,
-        resampling: Literal["stratified", "systematic", "multinomial"] = "stratified",
-        ess_threshold: float = 1.0,
-        optimizer: Literal["adam", "sgd"] = "adam",
-        lr: float = 0.01,
-        lr_decay: float = 1.0,
-        lr_decay_steps: int = 1,
-        optimizer_options: dict[str, Any] | None = None,
-        num_data: int | None = None,
-        burn_in: int = 0,
-        thinning: int = 1,
-        seed: int = 0,
-        vectorize: bool = True,
-    ) -> None:
-        if kernel not in ("random_walk", "ou"):
-            raise ValueError(f"kernel must be 'random_walk' or 'ou' for OHSMC, got {kernel!r}")
-        super().__init__(
-            model, likelihood, prior, num_particles, kernel, kernel_options, resampling, ess_threshold,
-            optimizer, lr, lr_decay, lr_decay_steps, optimizer_options, num_data, burn_in, thinning, seed, vectorize,
-        )
+    KERNELS = ("random_walk", "ou")
 
     def transition(self, x: Tensor, y: Tensor, optimizer) -> tuple[Reweighted, Tensor]:
         """One OHSMC iteration on the batch ``(x, y)``: move, reweight, psi step, resample."""
@@ -271,34 +252,11 @@ class SGSMC(FeynmanKacSampler):
     last batch. Unlike the paper's code (whose padded targets make every move for
     2 <= k < M a rejection, spec §3), every move here is effective.
 
-    Args: as :class:`OHSMC`, with ``kernel_options`` of the random-walk Metropolis move
-    (``variance`` 0.05 and ``steps`` 10 by default, the paper's).
+    Args: as :class:`FeynmanKacSampler`; ``kernel_options`` are those of the random-walk
+    Metropolis move (``variance`` 0.05 and ``steps`` 10 by default, the paper's).
     """
 
-    def __init__(
-        self,
-        model: PartialBNN,
-        likelihood: Likelihood,
-        prior: GaussianPrior | None = None,
-        num_particles: int = 1000,
-        kernel_options: dict[str, Any] | None = None,
-        resampling: Literal["stratified", "systematic", "multinomial"] = "stratified",
-        ess_threshold: float = 1.0,
-        optimizer: Literal["adam", "sgd"] = "adam",
-        lr: float = 0.01,
-        lr_decay: float = 1.0,
-        lr_decay_steps: int = 1,
-        optimizer_options: dict[str, Any] | None = None,
-        num_data: int | None = None,
-        burn_in: int = 0,
-        thinning: int = 1,
-        seed: int = 0,
-        vectorize: bool = True,
-    ) -> None:
-        super().__init__(
-            model, likelihood, prior, num_particles, "rwmh", kernel_options, resampling, ess_threshold,
-            optimizer, lr, lr_decay, lr_decay_steps, optimizer_options, num_data, burn_in, thinning, seed, vectorize,
-        )
+    KERNELS = ("rwmh",)
 
     @torch.no_grad()
     def filter_batch(self, x: Tensor, y: Tensor) -> Reweighted:
