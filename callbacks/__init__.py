@@ -6,6 +6,7 @@ from lit_bayes.callbacks.posterior_samples import PosteriorSamples
 from lit_bayes.callbacks.predictive_marginal import PredictiveMarginal
 from lit_bayes.callbacks.run_summary import RunSummary
 from lit_bayes.callbacks.sample_store import read_disk_store
+from lit_bayes.callbacks.thermalization import ThermalizationCheck
 from lit_bayes.callbacks.uncertainty_metrics import UncertaintyMetrics
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "PosteriorSamples",
     "PredictiveMarginal",
     "RunSummary",
+    "ThermalizationCheck",
     "UncertaintyMetrics",
     "read_disk_store",
 ]

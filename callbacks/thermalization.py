@@ -28,20 +28,30 @@ PREFIX = "thermalization/"
 MATCHED = ("delta_z", "delta_x", "prior_precision", "bias_precision")
 
 
-def _check_float(name: str, value: object, low: float, high: float = math.inf) -> float:
-    """``value`` if it is a real number in (low, high], else a ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low < value <= high:
-        allowed = f"> {low:g}" if high == math.inf else f"in ({low:g}, {high:g}]"
+def _check_float(name: str, value: object, low: float, high: float = math.inf, high_allowed: bool = True) -> float:
+    """``value`` if it is a real number in (low, high] (or (low, high)), else a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+            low < value <= high if high_allowed else low < value < high):
+        allowed = f"> {low:g}" if high == math.inf else f"in ({low:g}, {high:g}{']' if high_allowed else ')'}"
         raise ValueError(f"{name} must be a number {allowed}, got {value!r}")
     return float(value)
 
 
-def settled_index(inside: Tensor) -> int | None:
-    """The first index from which every entry of the boolean sequence ``inside`` is True (None if the last is not)."""
-    if inside.numel() == 0 or not bool(inside[-1]):
-        return None
-    outside = (~inside).nonzero().flatten()
-    return 0 if outside.numel() == 0 else int(outside[-1]) + 1
+def settled_index(inside: Tensor, delta: float) -> int | None:
+    """The first index k of the boolean sequence ``inside`` from which at most a fraction ``delta`` of the
+    entries k, k+1, ... are False (spec §4: "up to a fraction delta of draws"); None if there is none."""
+    outside = torch.flip(torch.cumsum(torch.flip((~inside).double(), [0]), 0), [0])  # False entries from k on
+    remaining = torch.arange(len(inside), 0, -1, dtype=torch.float64)
+    found = (outside <= delta * remaining).nonzero().flatten()
+    return int(found[0]) if found.numel() else None
+
+
+def trailing_mean(trace: Tensor, window: int) -> Tensor:
+    """Mean over the last ``window`` records (fewer at the start) of each row of ``trace`` ``(C, R)``."""
+    total = torch.nn.functional.pad(trace.cumsum(1), (1, 0))
+    upper = torch.arange(1, trace.shape[1] + 1)
+    lower = (upper - window).clamp(min=0)
+    return (total[:, upper] - total[:, lower]) / (upper - lower)
 
 
 class ThermalizationCheck(Callback):
@@ -63,24 +73,28 @@ class ThermalizationCheck(Callback):
     - the noiseless outputs at the first ``rhat_points`` test points (psi of App. A, permutation
       invariant, spec §8 item 7), for R-hat over blocks of ``rhat_block`` records (the paper: 50).
 
-    **Merge rule** (spec §4 steps 5-6; the paper merges by eye, the tolerance is ours). The informed
-    reference phi-bar is the mean test MSE of the informed chains over the last ``reference_fraction``
-    of the records (the informed chain starts at MSE 0 and must first become stationary, App. B.1).
-    Each uninformed chain's test MSE is smoothed by a trailing mean over ``window`` records; the chain
-    has merged at the first recorded step from which the smoothed MSE stays within
-    ``tolerance * phi-bar`` of phi-bar up to the last record. The run's merge step is the largest over
-    the uninformed chains; it is reported only when every uninformed chain has merged.
+    **Merge rule** (spec §4 steps 5-6 with the definitions of Sec. I.1; the paper merges by eye, the
+    numbers are ours). Every chain's test MSE is smoothed by a trailing mean over ``window`` records.
+    The informed chain starts at MSE 0 and must first become stationary (App. B.1): its reference
+    records are the last ``reference_fraction`` of them, with mean phi-bar. The stationary set
+    S_phi(delta) is estimated as the band from ``min(q_{delta/2}, (1 - tolerance) phi-bar)`` to
+    ``max(q_{1-delta/2}, (1 + tolerance) phi-bar)``, q the quantiles of the informed reference records:
+    the informed chain's own central 1 - delta range, or within ``tolerance`` of phi-bar, whichever is
+    wider. An uninformed chain has merged at the first recorded step after which its smoothed MSE lies
+    in that band up to a fraction ``delta`` of the records. The run's merge step is the largest over the
+    uninformed chains; it is reported only when every uninformed chain has merged.
 
     **Comparison criteria.** ``rhat_step``: the end of the first R-hat block from which the split R-hat
     (:func:`lit_bayes.diagnostics.split_rhat`, averaged over the test points) of all chains stays
-    below ``rhat_threshold``; ``rhat_uninformed_step`` the same over the uninformed chains only (with
+    below ``rhat_threshold`` (up to a fraction ``delta`` of the blocks); ``rhat_uninformed_step`` the same over the uninformed chains only (with
     at least two of them, the paper's random-random pair, Fig. 1 right). ``score_step``: the first
     recorded step at which every uninformed chain's score has changed sign at least once (it then
     oscillates around 0, App. B.3).
 
     :meth:`summary_metrics` (written into ``summary.json`` by :class:`RunSummary`) returns, under
-    ``thermalization/``: ``informed_test_mse``, ``uninformed_test_mse`` (mean over the uninformed
-    chains of their last smoothed value), ``merged`` (1 or 0), ``merged_fraction``, ``merge_step``
+    ``thermalization/``: ``informed_test_mse`` (phi-bar), ``uninformed_test_mse`` (mean over the
+    uninformed chains of their last smoothed value), ``band_low`` and ``band_high`` (the estimated
+    S_phi(delta)), ``merged`` (1 or 0), ``merged_fraction``, ``merge_step``
     (NaN when not merged), ``rhat``, ``rhat_step``, ``rhat_uninformed``, ``rhat_uninformed_step``,
     ``score_step`` (NaN when not reached) and ``records``. During fit it logs
     ``thermalization/test_mse/chain_{c}`` and ``thermalization/score/chain_{c}`` at every record and
@@ -91,8 +105,10 @@ class ThermalizationCheck(Callback):
         informed_chains: number of chains started at the teacher (>= 1).
         every_n_steps: sweeps between records (>= 1).
         window: records in the trailing mean of the merge rule (>= 1).
-        tolerance: relative distance to phi-bar that counts as merged (> 0).
-        reference_fraction: last fraction of the informed records averaged into phi-bar, in (0, 1].
+        tolerance: relative distance to phi-bar that always counts as merged (> 0).
+        delta: the delta of S_phi(delta): tail probability of the informed band and the fraction of
+            records allowed outside it after the merge, in (0, 1).
+        reference_fraction: last fraction of the informed records taken as stationary, in (0, 1].
         rhat_points: test points whose outputs enter R-hat (>= 1; at most the test set).
         rhat_block: records per R-hat block (>= 4, as split R-hat needs).
         rhat_threshold: R-hat below which a block counts as converged (> 1).
@@ -103,7 +119,8 @@ class ThermalizationCheck(Callback):
         informed_chains: int = 1,
         every_n_steps: int = 10,
         window: int = 10,
-        tolerance: float = 0.5,
+        tolerance: float = 0.2,
+        delta: float = 0.1,
         reference_fraction: float = 0.5,
         rhat_points: int = 100,
         rhat_block: int = 50,
@@ -113,6 +130,7 @@ class ThermalizationCheck(Callback):
         self.every_n_steps = check_int("every_n_steps", every_n_steps, 1)
         self.window = check_int("window", window, 1)
         self.tolerance = _check_float("tolerance", tolerance, 0.0)
+        self.delta = _check_float("delta", delta, 0.0, 1.0, high_allowed=False)
         self.reference_fraction = _check_float("reference_fraction", reference_fraction, 0.0, 1.0)
         self.rhat_points = check_int("rhat_points", rhat_points, 1)
         self.rhat_block = check_int("rhat_block", rhat_block, 4)
@@ -234,18 +252,21 @@ class ThermalizationCheck(Callback):
             return {}
         traces = self.traces()
         steps, mse, score, rhat = traces["steps"], traces["test_mse"], traces["score"], traces["rhat"]
-        informed, uninformed = mse[: self.informed_chains], mse[self.informed_chains:]
+        smooth = trailing_mean(mse, self.window)
         start = min(int(len(steps) * (1 - self.reference_fraction)), len(steps) - 1)
-        reference = float(informed[:, start:].mean())
-        total = torch.nn.functional.pad(uninformed.cumsum(1), (1, 0))
-        upper = torch.arange(1, len(steps) + 1)
-        lower = (upper - self.window).clamp(min=0)
-        smooth = (total[:, upper] - total[:, lower]) / (upper - lower)  # trailing means over `window` records
-        merges = [settled_index((row - reference).abs() <= self.tolerance * reference) for row in smooth]
+        informed = smooth[: self.informed_chains, start:].flatten()
+        reference = float(mse[: self.informed_chains, start:].mean())
+        quantiles = torch.quantile(informed, torch.tensor([self.delta / 2, 1 - self.delta / 2], dtype=informed.dtype))
+        low = min(float(quantiles[0]), (1 - self.tolerance) * reference)
+        high = max(float(quantiles[1]), (1 + self.tolerance) * reference)
+        uninformed = smooth[self.informed_chains:]
+        merges = [settled_index((row >= low) & (row <= high), self.delta) for row in uninformed]
         merged = all(m is not None for m in merges)
         metrics = {
             "informed_test_mse": reference,
-            "uninformed_test_mse": float(smooth[:, -1].mean()),
+            "uninformed_test_mse": float(uninformed[:, -1].mean()),
+            "band_low": low,
+            "band_high": high,
             "merged": float(merged),
             "merged_fraction": sum(m is not None for m in merges) / len(merges),
             "merge_step": float(max(int(steps[m]) for m in merges)) if merged else math.nan,
@@ -253,7 +274,7 @@ class ThermalizationCheck(Callback):
         }
         for name, column in (("rhat", 1), ("rhat_uninformed", 2)):
             values = rhat[:, column]
-            found = settled_index(values < self.rhat_threshold)  # NaN compares False
+            found = settled_index(values < self.rhat_threshold, self.delta)  # NaN compares False
             metrics[name] = float(values[-1]) if len(values) else math.nan
             metrics[f"{name}_step"] = float(rhat[found, 0]) if found is not None else math.nan
         sign = torch.sign(score[self.informed_chains:])

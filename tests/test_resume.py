@@ -32,6 +32,19 @@ def test_resumed_chain_equals_uninterrupted_chain(sampler, store, tmp_path):
             assert torch.equal(value, resumed.state_dict()[name]), name
 
 
+@pytest.mark.parametrize("sampler", ["sgld", "sghmc", "ohsmc", "sgsmc"])
+def test_resume_from_the_middle_of_an_epoch_equals_uninterrupted_chain(sampler, tmp_path):
+    """Stopped after step 6 (epoch 1, batch 2 of 4): the resumed epoch continues with its
+    remaining batches, not with a fresh pass over the data."""
+    full, full_samples = fit(str(tmp_path / "full"), 6, sampler, "memory")
+    fit(str(tmp_path / "split"), 6, sampler, "memory", max_steps=6)
+    resumed, resumed_samples = fit(str(tmp_path / "split"), 6, sampler, "memory",
+                                   ckpt_path=str(tmp_path / "split" / "ckpt" / "last.ckpt"))
+    assert resumed.global_step == 24
+    assert torch.equal(full.chains.flat(), resumed.chains.flat())
+    assert torch.equal(full_samples.trace(), resumed_samples.trace())
+
+
 def test_resumed_map_equals_uninterrupted_map(tmp_path):
     full, _ = fit(str(tmp_path / "full"), 6, "map", "memory")
     fit(str(tmp_path / "split"), 3, "map", "memory")

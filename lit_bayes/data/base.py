@@ -6,8 +6,9 @@ is small enough to live in memory, so a DataModule here holds three ``TensorData
 (classification) or float32 targets of shape ``(n,)`` (regression). Batches are ``(x, y)`` tuples.
 
 Training batches are reshuffled every epoch with an order that depends only on ``(seed, epoch)``
-(:class:`EpochShuffleSampler`), so a run resumed from a checkpoint sees exactly the batches an
-uninterrupted run would have seen.
+(:class:`EpochShuffleSampler`), and the DataModule's checkpointed state records how many batches
+of the current epoch were done, so a run resumed from any checkpoint, also one written in the
+middle of an epoch, sees exactly the batches an uninterrupted run would have seen.
 """
 from __future__ import annotations
 
@@ -62,9 +63,10 @@ class EpochShuffleSampler(Sampler[int]):
     so epoch ``e`` is shuffled identically whether or not the run was interrupted before it.
     """
 
-    def __init__(self, num_samples: int, seed: int, epoch: int = 0) -> None:
+    def __init__(self, num_samples: int, seed: int, epoch: int = 0, resume_at: tuple[int, int] | None = None) -> None:
         self.num_samples = check_int("num_samples", num_samples, 0)
         self.seed = check_int("seed", seed, 0)
+        self.resume_at = resume_at  # (epoch, indices of it already used): that epoch restarts after them
         self.set_epoch(epoch)
 
     def set_epoch(self, epoch: int) -> None:
@@ -78,7 +80,10 @@ class EpochShuffleSampler(Sampler[int]):
         return torch.randperm(self.num_samples, generator=generator)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.permutation().tolist())
+        order = self.permutation()
+        if self.resume_at is not None and self.resume_at[0] == self.epoch:
+            order = order[self.resume_at[1]:]
+        return iter(order.tolist())
 
     def __len__(self) -> int:
         return self.num_samples
@@ -131,6 +136,7 @@ class BayesDataModule(L.LightningDataModule):
         self.eval_batch_size = check_batch_size("eval_batch_size", eval_batch_size)
         self.seed = check_int("seed", seed, 0)
         self.num_workers = check_int("num_workers", num_workers, 0)
+        self._resume_point: tuple[int, int] | None = None  # (epoch, batches done) from a checkpoint
         self.train_data: TensorDataset | None = None
         self.val_data: TensorDataset | None = None
         self.test_data: TensorDataset | None = None
@@ -179,11 +185,26 @@ class BayesDataModule(L.LightningDataModule):
             raise ValueError(f"{where}: at least one training point is needed, got 0")
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled training batches; the order of epoch ``e`` depends only on ``(seed, e)``."""
+        """Shuffled training batches; the order of epoch ``e`` depends only on ``(seed, e)``. After a
+        mid-epoch checkpoint the resumed epoch continues with the batches not yet done."""
         data = self._split("train")
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
-        sampler = EpochShuffleSampler(len(data), self.seed, epoch)
+        resume_at = None
+        if self._resume_point is not None:
+            resume_epoch, batches_done = self._resume_point
+            resume_at = (resume_epoch, batches_done * (self.batch_size or len(data)))
+        sampler = EpochShuffleSampler(len(data), self.seed, epoch, resume_at)
         return self._loader(data, self.batch_size, sampler)
+
+    def state_dict(self) -> dict[str, int]:
+        """The epoch and the training batches of it done so far (saved in Lightning checkpoints)."""
+        trainer = self.trainer
+        if trainer is None:
+            return {}
+        return {"epoch": trainer.current_epoch, "batches_done": trainer.fit_loop.epoch_loop.batch_progress.current.processed}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        self._resume_point = (state_dict["epoch"], state_dict["batches_done"]) if state_dict else None
 
     def val_dataloader(self) -> DataLoader:
         """Validation batches in a fixed order (no batches if the split is empty)."""

@@ -1,0 +1,142 @@
+"""NoisyGibbs sweep cost in forward-equivalents (issue 6), its growth with n, and the MNIST-MLP size.
+
+One *forward-equivalent* is the median time, measured in the same process, of one full-batch
+noiseless forward pass of the same network plus its summed loss (squared error for regression,
+cross-entropy for the probit classifier) on the training inputs, one network. A sweep is one
+exact Gibbs sweep of every variable (Algorithm 1 with biases, noisy-gibbs spec §2.5) on one chain,
+timed two ways: ``sweep`` (the stepper alone, :meth:`NoisyGibbsStepper.sweep`) and ``step`` (what
+a training step does: :meth:`NoisyGibbs.sweep_inputs`, which puts the batch into the latents'
+canonical order, then the sweep).
+
+Sizes:
+- Exp. A (spec §6.1): d = 50, K = 10 ReLU units, scalar regression output, Delta = 1e-4,
+  n = 2084; the authors' code: about 2.7 ms per sweep, about 42 forward-equivalents (issue 6
+  target: <= 20);
+- the same network at several n (default 500 ... 8000): spec §2.6 predicts linear growth in n
+  (the O(n d K) products dominate); the fitted log-log slope and per-point ratios are printed;
+- MNIST MLP (spec §6.3): n = 60,000 synthetic N(0, 1) inputs of dimension 784, K = 12 ReLU
+  units, 10-class probit output, Delta = 2, lambda = fan-in; the authors: about 75 ms per sweep,
+  about 4.5 forward-equivalents.
+
+float32 by default (the authors' default). Timings depend on the machine and its load: nothing
+here asserts on time. Run: ``python benchmarks/noisy_gibbs_sweep.py`` (``--sweeps`` timed repeats
+after two warm-ups, ``--sizes``, ``--threads`` (default 1), ``--dtype``, ``--no-mnist``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lit_bayes.models.noisy_mlp import NoisyMLP
+from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
+
+EXP_A = dict(widths=[50, 10, 1], delta=1e-4, output="regression", n=2084)
+MNIST = dict(widths=[784, 12, 10], delta=2.0, output="probit", n=60_000)
+AUTHORS = {"exp_a": (2.7e-3, 42.0), "mnist_mlp": (75e-3, 4.5)}
+TARGET_EXP_A = 20.0
+
+
+def problem(widths: list[int], delta: float, output: str, n: int, seed: int = 0):
+    """A teacher-generated training set for the network (labels through eq. 7)."""
+    gen = torch.Generator().manual_seed(seed)
+    model = NoisyMLP(widths, "relu", delta, delta, output=output)
+    teacher = {name: torch.randn(1, *p.shape, generator=gen) / math.sqrt(p.shape[-1])
+               for name, p in model.named_parameters()}
+    x = torch.randn(n, widths[0], generator=gen)
+    _, top = model.generate(teacher, x, gen)
+    y = top[0, :, 0] if output == "regression" else top[0].argmax(-1)
+    return model, x, y
+
+
+def median_seconds(calls: dict, repeats: int, warmup: int = 2) -> dict[str, float]:
+    """Median wall time of each call, timed in turn within every repeat (so that a change of the machine's
+    load hits them all alike)."""
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+@torch.no_grad()
+def measure(widths: list[int], delta: float, output: str, n: int, sweeps: int, dtype: str) -> dict:
+    model, x, y = problem(widths, delta, output, n)
+    x = x.to(getattr(torch, dtype))
+    net = NoisyMLP(widths, "relu", delta, delta, output=output).to(x.dtype)
+
+    def forward_and_loss():
+        out = net(x)
+        return F.mse_loss(out[:, 0], y, reduction="sum") if output == "regression" else \
+            F.cross_entropy(out, y, reduction="sum")
+
+    sampler = NoisyGibbs(model, num_chains=1, seed=0, dtype=dtype)
+    sampler.setup("fit")
+    stepper = sampler.configure_optimizers()
+    batch = (x.float(), y)
+    inputs, targets, latents = sampler.sweep_inputs(batch)
+    times = median_seconds({"forward": forward_and_loss, "sweep": lambda: stepper.sweep(inputs, targets, latents),
+                            "step": lambda: stepper.sweep(*sampler.sweep_inputs(batch))}, sweeps)
+    forward, sweep, step = times["forward"], times["sweep"], times["step"]
+    return {"widths": widths, "n": n, "output": output, "forward_s": forward, "sweep_s": sweep, "step_s": step,
+            "sweep_fwd_equiv": sweep / forward, "step_fwd_equiv": step / forward}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweeps", type=int, default=50, help="timed sweeps per measurement (after 2 warm-ups)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[500, 1000, 2084, 4000, 8000])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--no-mnist", action="store_true", help="skip the MNIST-MLP size")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"NoisyGibbs, 1 chain, {args.dtype}, {args.threads} threads, medians of {args.sweeps} repeats after 2 "
+          "warm-ups (MNIST: a quarter); fwd = one full-batch forward + summed loss, timed in turn with the sweep")
+    header = f"{'case':>10} {'n':>6} {'fwd ms':>8} {'sweep ms':>9} {'step ms':>8} {'sweep/fwd':>10} {'step/fwd':>9}"
+    print(header)
+    rows = []
+    cases = [("exp_a", EXP_A["n"], EXP_A)] + [("scaling", n, EXP_A) for n in args.sizes if n != EXP_A["n"]]
+    if not args.no_mnist:
+        cases.append(("mnist_mlp", MNIST["n"], MNIST))
+    for case, n, spec in cases:
+        sweeps = max(3, args.sweeps // 4) if case == "mnist_mlp" else args.sweeps
+        row = {"case": case, **measure(spec["widths"], spec["delta"], spec["output"], n, sweeps, args.dtype)}
+        rows.append(row)
+        print(f"{case:>10} {n:>6} {row['forward_s'] * 1e3:>8.3f} {row['sweep_s'] * 1e3:>9.3f} {row['step_s'] * 1e3:>8.3f} "
+              f"{row['sweep_fwd_equiv']:>10.1f} {row['step_fwd_equiv']:>9.1f}")
+    scaling = sorted((r for r in rows if r["case"] in ("exp_a", "scaling")), key=lambda r: r["n"])
+    ns = np.array([r["n"] for r in scaling], dtype=float)
+    sweeps_s = np.array([r["sweep_s"] for r in scaling])
+    slope = float(np.polyfit(np.log(ns), np.log(sweeps_s), 1)[0])
+    per_point = [r["sweep_s"] / r["n"] * 1e6 for r in scaling]
+    print(f"growth in n (Exp. A network): log-log slope {slope:.2f} (1 = linear); sweep time per training point "
+          + ", ".join(f"n={int(n)}: {p:.3f} us" for n, p in zip(ns, per_point)))
+    comparison = {}
+    for case, (authors_s, authors_fwd) in AUTHORS.items():
+        row = next((r for r in rows if r["case"] == case), None)
+        if row is not None:
+            comparison[case] = {"ours_ms": row["sweep_s"] * 1e3, "ours_fwd_equiv": row["sweep_fwd_equiv"],
+                                "authors_ms": authors_s * 1e3, "authors_fwd_equiv": authors_fwd}
+            print(f"{case}: ours {row['sweep_s'] * 1e3:.2f} ms = {row['sweep_fwd_equiv']:.1f} fwd-eq per sweep "
+                  f"({row['step_fwd_equiv']:.1f} per training step); authors ~{authors_s * 1e3:g} ms = "
+                  f"~{authors_fwd:g} fwd-eq" + (f"; target <= {TARGET_EXP_A:g}" if case == "exp_a" else ""))
+    print(json.dumps({"benchmark": "noisy_gibbs_sweep", "dtype": args.dtype, "threads": args.threads,
+                      "sweeps": args.sweeps, "rows": rows, "loglog_slope_n": slope,
+                      "sweep_us_per_point": dict(zip(map(int, ns), per_point)), "comparison": comparison,
+                      "target_exp_a_fwd_equiv": TARGET_EXP_A}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""The noisy-gibbs Exp. A recipe (noisy-gibbs spec §6.1) at a tiny size: the CLI run reports the
+thermalization check in summary.json, and the comparison script prints ours beside the paper."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from lit_bayes.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes" / "noisy_gibbs"
+
+
+def test_exp_a_recipe_runs_at_tiny_size(tmp_path):
+    """The recipe with n = 40, 30 sweeps and a record every 2 sweeps (so the merge rule has its
+    ``window`` of records): summary.json holds the thermalization metrics and the test metrics."""
+    config = yaml.safe_load((RECIPES / "exp_a.yaml").read_text())
+    assert config["data"]["init_args"]["num_train"] == 2084 and config["model"]["init_args"]["model"]["init_args"][
+        "widths"] == [50, 10, 1]
+    config["trainer"]["callbacks"][0]["init_args"]["every_n_steps"] = 2
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    main(["fit", "-c", str(path), "--trainer.default_root_dir", str(tmp_path), "--wandb", "false",
+          "--trainer.max_epochs", "30", "--model.init_args.burn_in", "10", "--data.init_args.num_train", "40",
+          "--data.init_args.num_test", "50", "--checkpoint.every_n_epochs", "30", "--trainer.enable_progress_bar",
+          "false"])
+    (summary_path,) = tmp_path.rglob("summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["sampler"] == "NoisyGibbs" and summary["dataset"] == "TeacherStudent" and summary["steps"] == 30
+    metrics = summary["metrics"]
+    assert metrics["thermalization/records"] == 16.0
+    assert 0 <= metrics["thermalization/informed_test_mse"] < metrics["thermalization/uninformed_test_mse"]
+    for name in ("thermalization/merged", "thermalization/merge_step", "thermalization/score_step", "test/nlpd"):
+        assert name in metrics, name
+    assert list(tmp_path.rglob("last.ckpt"))
+
+
+def test_exp_a_script_prints_ours_beside_the_paper(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(RECIPES / "run_exp_a.py"), "--inits", "zeros", "--steps", "20", "--every", "2",
+         "--num-train", "30", "--num-test", "20", "--root", str(tmp_path)],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    )
+    assert "paper" in result.stdout and "informed_test_mse" in result.stdout
+    table = json.loads((tmp_path / "exp_a.json").read_text())
+    assert table["zeros"]["steps"] == 20 and table["zeros"]["paper"]["informed_test_mse"] == 1.5e-4
+    assert table["zeros"]["ours"]["records"] == 11.0 and table["zeros"]["trace"][0][0] == 0

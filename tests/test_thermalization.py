@@ -1,0 +1,141 @@
+"""ThermalizationCheck (noisy-gibbs spec §4): informed chains start at the teacher, the merge of the
+uninformed chains' test MSE is detected when every chain thermalizes fast and reported missing when
+the uninformed chains cannot reach equilibrium, summary.json, exact resume and bad arguments."""
+import json
+import math
+import os
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lit_bayes.callbacks.run_summary import RunSummary
+from lit_bayes.callbacks.thermalization import ThermalizationCheck, settled_index
+from lit_bayes.data import LinearRegression
+from lit_bayes.data.teacher_student import TeacherStudent
+from lit_bayes.models.noisy_mlp import NoisyMLP
+from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
+
+WIDTHS = (5, 4, 1)
+
+
+def fit(activation, delta, init, steps, root, callbacks=(), ckpt_path=None, **check):
+    torch.set_num_threads(1)
+    data = TeacherStudent(widths=WIDTHS, activation=activation, delta_z=delta, delta_x=delta, num_train=60,
+                          num_test=100, seed=0)
+    sampler = NoisyGibbs(NoisyMLP(WIDTHS, activation, delta, delta), num_chains=3, init=init, seed=1)
+    options = dict(every_n_steps=2, window=10, rhat_block=25, rhat_points=20, tolerance=0.5)
+    check_callback = ThermalizationCheck(**{**options, **check})
+    checkpointing = any(isinstance(c, ModelCheckpoint) for c in callbacks)
+    trainer = L.Trainer(logger=False, enable_checkpointing=checkpointing, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[check_callback, *callbacks], max_epochs=steps,
+                        limit_val_batches=0, default_root_dir=root)
+    trainer.fit(sampler, datamodule=data, ckpt_path=ckpt_path)
+    return check_callback, sampler, data
+
+
+def test_merge_is_detected_when_every_chain_thermalizes(tmp_path):
+    """A linear hidden layer at Delta = 0.05: the posterior is nearly Gaussian and zero-started chains
+    reach the informed chain's test MSE within a few dozen sweeps."""
+    check, sampler, data = fit("linear", 0.05, "zeros", 300, tmp_path, callbacks=[RunSummary(str(tmp_path))])
+    traces = check.traces()
+    assert traces["steps"][0] == 0 and traces["steps"][-1] == 300 and traces["test_mse"].shape == (3, 151)
+    assert traces["test_mse"][0, 0] < 1e-10 < traces["test_mse"][1, 0]  # chain 0 starts at the teacher
+    metrics = json.loads((tmp_path / "summary.json").read_text())["metrics"]
+    assert metrics["thermalization/merged"] == 1.0 and metrics["thermalization/merged_fraction"] == 1.0
+    assert 0 <= metrics["thermalization/merge_step"] <= 150
+    assert metrics["thermalization/band_low"] < metrics["thermalization/informed_test_mse"] \
+        < metrics["thermalization/band_high"]
+    assert metrics["thermalization/score_step"] <= 150
+    assert traces["rhat"].shape == (6, 3) and math.isfinite(metrics["thermalization/rhat"])
+
+
+def test_not_merged_when_the_uninformed_chains_are_stuck(tmp_path):
+    """sign activations at Delta = 1e-4: a pre-activation cannot change sign (App. E.2, the mass ratio
+    exp(2x / Delta_X)), so prior-started chains stay far from the teacher's function while the informed
+    chain sits at its equilibrium test MSE."""
+    check, _, _ = fit("sign", 1e-4, "prior", 150, tmp_path)
+    metrics = check.summary_metrics()
+    assert metrics["thermalization/merged"] == 0.0 and metrics["thermalization/merged_fraction"] == 0.0
+    assert math.isnan(metrics["thermalization/merge_step"])
+    assert metrics["thermalization/uninformed_test_mse"] > 10 * metrics["thermalization/band_high"]
+
+
+def test_informed_chain_starts_at_the_teacher_and_its_latents(tmp_path):
+    check, sampler, data = fit("relu", 1e-3, "zeros", 1, tmp_path)
+    assert check.traces()["test_mse"][0, 0] < 1e-10
+    assert all(p[1:].abs().max() > 0 for p in sampler.chains.as_dict().values())  # others moved from zero
+
+
+def test_resumed_run_continues_the_traces_exactly(tmp_path):
+    """12 sweeps == 6 sweeps + checkpoint + 6, including a half-filled R-hat block."""
+    full, full_sampler, _ = fit("relu", 1e-2, "prior", 12, str(tmp_path / "full"), rhat_block=4)
+    checkpoint = lambda: ModelCheckpoint(dirpath=os.path.join(tmp_path, "ckpt"), save_last=True,  # noqa: E731
+                                         save_on_train_epoch_end=True, every_n_epochs=1)
+    fit("relu", 1e-2, "prior", 6, str(tmp_path / "split"), callbacks=[checkpoint()], rhat_block=4)
+    resumed, resumed_sampler, _ = fit("relu", 1e-2, "prior", 12, str(tmp_path / "split"), callbacks=[checkpoint()],
+                                      ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"), rhat_block=4)
+    assert torch.equal(full_sampler.chains.flat(), resumed_sampler.chains.flat())
+    for name, value in full.traces().items():
+        assert torch.equal(value, resumed.traces()[name]), name
+    assert full.traces()["rhat"].shape == (1, 3)  # 7 records: one full block of 4, three pending
+
+
+def test_settled_index_allows_a_fraction_delta_outside():
+    inside = torch.tensor([False, False, True, True, False, True, True, True, True, True])
+    assert settled_index(inside, 0.0) == 5
+    assert settled_index(inside, 0.2) == 2
+    assert settled_index(torch.tensor([True, False]), 0.1) is None
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(informed_chains=0), "informed_chains must be an integer >= 1"),
+    (dict(every_n_steps=0), "every_n_steps must be an integer >= 1"),
+    (dict(window=1.5), "window must be an integer >= 1"),
+    (dict(tolerance=0.0), "tolerance must be a number > 0"),
+    (dict(delta=1.0), r"delta must be a number in \(0, 1\)"),
+    (dict(reference_fraction=1.5), r"reference_fraction must be a number in \(0, 1\]"),
+    (dict(rhat_points=0), "rhat_points must be an integer >= 1"),
+    (dict(rhat_block=3), "rhat_block must be an integer >= 4"),
+    (dict(rhat_threshold=1.0), "rhat_threshold must be a number > 1"),
+])
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ThermalizationCheck(**kwargs)
+
+
+def test_bad_setups(tmp_path):
+    def run(sampler, data, **kwargs):
+        L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=1,
+                  callbacks=[ThermalizationCheck(**kwargs)], limit_val_batches=0,
+                  default_root_dir=tmp_path).fit(sampler, datamodule=data)
+
+    teacher_data = TeacherStudent(widths=(3, 2, 1), num_train=10, num_test=5)
+    with pytest.raises(ValueError, match="informed_chains .2. must be smaller than the sampler's num_chains .2."):
+        run(NoisyGibbs(NoisyMLP([3, 2, 1], delta_z=1e-4, delta_x=1e-4), num_chains=2), teacher_data,
+            informed_chains=2)
+    with pytest.raises(ValueError, match="teacher's widths"):
+        run(NoisyGibbs(NoisyMLP([3, 4, 1]), num_chains=2), teacher_data)
+    with pytest.raises(ValueError, match="teacher-student DataModule exposing `teacher`"):
+        run(NoisyGibbs(NoisyMLP([3, 1]), num_chains=2), LinearRegression(num_train=10, num_val=1, num_test=5))
+
+
+def test_per_chain_initial_state_arguments():
+    sampler = NoisyGibbs(NoisyMLP([2, 3, 1]), num_chains=2)
+    params = {n: torch.ones_like(p) for n, p in sampler.model.named_parameters()}
+    with pytest.raises(ValueError, match=r"chains must list distinct chain indices in \[0, 2\)"):
+        sampler.set_initial_parameters(params, [2])
+    with pytest.raises(ValueError, match=r"parameters must hold exactly"):
+        sampler.set_initial_parameters({"layers.0.weight": params["layers.0.weight"]})
+    with pytest.raises(ValueError, match=r"parameters\['layers.1.bias'\] must have shape \(1,\)"):
+        sampler.set_initial_parameters({**params, "layers.1.bias": torch.ones(2)})
+    with pytest.raises(ValueError, match=r"latents\['z2'\] must have shape .* C = 1 chains"):
+        sampler.set_initial_latents(torch.zeros(4, 2), torch.zeros(4), {"z2": torch.zeros(2, 4, 3),
+                                                                        "x2": torch.zeros(4, 3)}, [1])
+    sampler.set_initial_parameters(params, [1])
+    sampler.setup("fit")
+    state = sampler.chains.as_dict()
+    assert (state["net.layers.0.weight"][1] == 1).all() and (state["net.layers.0.weight"][0] == 0).all()
+    with pytest.raises(RuntimeError, match="set_initial_parameters must be called before fit"):
+        sampler.set_initial_parameters(params)
