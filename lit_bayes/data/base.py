@@ -201,7 +201,10 @@ class BayesDataModule(L.LightningDataModule):
         trainer = self.trainer
         if trainer is None:
             return {}
-        return {"epoch": trainer.current_epoch, "batches_done": trainer.fit_loop.epoch_loop.batch_progress.current.processed}
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        if done >= trainer.num_training_batches:  # the epoch is complete (the count is stale)
+            done = 0
+        return {"epoch": trainer.current_epoch, "batches_done": done}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         self._resume_point = (state_dict["epoch"], state_dict["batches_done"]) if state_dict else None
