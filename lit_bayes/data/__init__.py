@@ -4,6 +4,7 @@ from .images import TorchvisionImages
 from .synthetic import LinearRegression, NoisyXOR, SyntheticRegression, TwoMoons
 from .tabular import TabularCSV
 from .teacher_student import TeacherStudent
+from .uci import UCICSV
 
 __all__ = [
     "BayesDataModule",
@@ -15,4 +16,5 @@ __all__ = [
     "TeacherStudent",
     "TorchvisionImages",
     "TwoMoons",
+    "UCICSV",
 ]
