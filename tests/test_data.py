@@ -17,7 +17,7 @@ from torch import Tensor
 
 from lit_bayes.data import (
     BayesDataModule,
-    EpochShuffleSampler,
+    EpochBatchSampler,
     LinearRegression,
     NoisyXOR,
     SyntheticRegression,
@@ -84,14 +84,30 @@ def test_shuffle_depends_only_on_seed_and_epoch():
 
 
 def test_sampler_order_of_an_epoch_is_the_same_when_recomputed_fresh():
-    running = EpochShuffleSampler(50, seed=7)
+    running = EpochBatchSampler(50, seed=7, batch_size=8)
     history = []
     for epoch in range(4):
         running.set_epoch(epoch)
         history.append(list(running))
     for epoch, seen in enumerate(history):
-        assert list(EpochShuffleSampler(50, seed=7, epoch=epoch)) == seen
-    assert len({tuple(h) for h in history}) == 4
+        assert list(EpochBatchSampler(50, seed=7, batch_size=8, epoch=epoch)) == seen
+    assert len({str(h) for h in history}) == 4
+    assert [len(b) for b in history[0]] == [8] * 6 + [2] and len(running) == 7
+    assert sorted(i for b in history[0] for i in b) == list(range(50))
+
+
+def test_sampler_shards_cover_the_epoch_with_equal_batch_counts_and_resume_skips_done_batches():
+    shards = [EpochBatchSampler(10, seed=1, batch_size=2, epoch=3, num_replicas=3, rank=r) for r in range(3)]
+    batches = [list(s) for s in shards]
+    assert [len(b) for b in batches] == [2, 2, 2] and all(len(s) == 2 for s in shards)  # 10 padded to 12
+    flat = [i for b in batches for batch in b for i in batch]
+    assert set(flat) == set(range(10)) and len(flat) == 12
+    resumed = EpochBatchSampler(10, seed=1, batch_size=2, epoch=3, num_replicas=3, rank=1, resume_at=(3, 1))
+    assert list(resumed) == batches[1][1:]
+    resumed.set_epoch(4)  # the skip applies to its epoch only
+    assert len(list(resumed)) == 2
+    with pytest.raises(ValueError, match="rank"):
+        EpochBatchSampler(10, seed=1, batch_size=2, num_replicas=2, rank=2)
 
 
 class Recorder(L.LightningModule):

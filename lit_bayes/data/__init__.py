@@ -1,5 +1,6 @@
 """LightningDataModules for the papers' data sets (see :mod:`lit_bayes.data.base` for the shared contract)."""
-from .base import BayesDataModule, EpochShuffleSampler
+from .base import BayesDataModule, EpochBatchSampler
+from .crescent import CrescentData
 from .images import TorchvisionImages
 from .synthetic import LinearRegression, NoisyXOR, SyntheticRegression, TwoMoons
 from .tabular import TabularCSV
@@ -8,7 +9,8 @@ from .uci import UCICSV
 
 __all__ = [
     "BayesDataModule",
-    "EpochShuffleSampler",
+    "CrescentData",
+    "EpochBatchSampler",
     "LinearRegression",
     "NoisyXOR",
     "SyntheticRegression",

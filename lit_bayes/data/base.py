@@ -6,7 +6,7 @@ is small enough to live in memory, so a DataModule here holds three ``TensorData
 (classification) or float32 targets of shape ``(n,)`` (regression). Batches are ``(x, y)`` tuples.
 
 Training batches are reshuffled every epoch with an order that depends only on ``(seed, epoch)``
-(:class:`EpochShuffleSampler`), and the DataModule's checkpointed state records how many batches
+(:class:`EpochBatchSampler`), and the DataModule's checkpointed state records how many batches
 of the current epoch were done, so a run resumed from any checkpoint, also one written in the
 middle of an epoch, sees exactly the batches an uninterrupted run would have seen.
 """
@@ -21,11 +21,11 @@ import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Sampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from lit_bayes.validation import check_int
 
-__all__ = ["BayesDataModule", "EpochShuffleSampler"]
+__all__ = ["BayesDataModule", "EpochBatchSampler"]
 
 Task = Literal["classification", "regression"]
 SPLITS = ("train", "val", "test")
@@ -56,17 +56,40 @@ def check_batch_size(name: str, value: object) -> int | None:
     return int(value)
 
 
-class EpochShuffleSampler(Sampler[int]):
-    """A random permutation of ``range(num_samples)`` that depends only on ``(seed, epoch)``.
+class EpochBatchSampler(DistributedSampler):
+    """Batches of indices of a random permutation of ``range(num_samples)`` that depends only on
+    ``(seed, epoch)``, split into one shard per process.
 
     Lightning calls :meth:`set_epoch` at the start of every training epoch (also after a resume),
     so epoch ``e`` is shuffled identically whether or not the run was interrupted before it.
+    With ``num_replicas`` processes, process ``rank`` takes every ``num_replicas``-th index of the
+    permutation (padded by wrapping around so every shard has the same number of batches, as
+    ``DistributedSampler`` does); being a ``DistributedSampler``, Lightning leaves it in place.
+    ``resume_at = (epoch, batches)`` skips the first ``batches`` batches of that epoch (a run
+    resumed from a mid-epoch checkpoint). Each item is a list of indices, which a
+    ``TensorDataset`` turns into a batch with one indexing operation.
     """
 
-    def __init__(self, num_samples: int, seed: int, epoch: int = 0, resume_at: tuple[int, int] | None = None) -> None:
-        self.num_samples = check_int("num_samples", num_samples, 0)
+    def __init__(
+        self,
+        num_samples: int,
+        seed: int,
+        batch_size: int,
+        epoch: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+        resume_at: tuple[int, int] | None = None,
+    ) -> None:
+        # DistributedSampler.__init__ is not called: it needs a dataset and a process group,
+        # this sampler is told its shard
+        self.size = check_int("num_samples", num_samples, 0)
         self.seed = check_int("seed", seed, 0)
-        self.resume_at = resume_at  # (epoch, indices of it already used): that epoch restarts after them
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.num_replicas = check_int("num_replicas", num_replicas, 1)
+        self.rank = check_int("rank", rank, 0)
+        if self.rank >= self.num_replicas:
+            raise ValueError(f"rank must be smaller than num_replicas={num_replicas}, got {rank}")
+        self.resume_at = resume_at
         self.set_epoch(epoch)
 
     def set_epoch(self, epoch: int) -> None:
@@ -74,19 +97,30 @@ class EpochShuffleSampler(Sampler[int]):
         self.epoch = check_int("epoch", epoch, 0)
 
     def permutation(self) -> Tensor:
-        """The order of this epoch, as an int64 tensor."""
+        """The order of this epoch over all processes, as an int64 tensor."""
         state = np.random.SeedSequence([self.seed, self.epoch]).generate_state(1, dtype=np.uint64)[0]
         generator = torch.Generator().manual_seed(int(state))
-        return torch.randperm(self.num_samples, generator=generator)
+        return torch.randperm(self.size, generator=generator)
 
-    def __iter__(self) -> Iterator[int]:
+    def shard(self) -> Tensor:
+        """This process's indices of the epoch."""
         order = self.permutation()
+        total = math.ceil(self.size / self.num_replicas) * self.num_replicas
+        if total > self.size:
+            order = order.repeat(math.ceil(total / self.size))[:total]
+        return order[self.rank :: self.num_replicas]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # a generator: the order is drawn at the first batch, after Lightning's set_epoch (which
+        # comes after the loader's iterator was made when a run is resumed)
+        shard = self.shard()
         if self.resume_at is not None and self.resume_at[0] == self.epoch:
-            order = order[self.resume_at[1]:]
-        return iter(order.tolist())
+            shard = shard[self.resume_at[1] * self.batch_size :]
+        for batch in shard.split(self.batch_size):
+            yield batch.tolist()
 
     def __len__(self) -> int:
-        return self.num_samples
+        return math.ceil(math.ceil(self.size / self.num_replicas) / self.batch_size)
 
 
 class BayesDataModule(L.LightningDataModule):
@@ -185,16 +219,19 @@ class BayesDataModule(L.LightningDataModule):
             raise ValueError(f"{where}: at least one training point is needed, got 0")
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled training batches; the order of epoch ``e`` depends only on ``(seed, e)``. After a
-        mid-epoch checkpoint the resumed epoch continues with the batches not yet done."""
+        """Shuffled training batches; the order of epoch ``e`` depends only on ``(seed, e)``, each
+        process (under a distributed strategy) gets its own shard, and after a mid-epoch
+        checkpoint the resumed epoch continues with the batches not yet done."""
         data = self._split("train")
-        epoch = self.trainer.current_epoch if self.trainer is not None else 0
-        resume_at = None
-        if self._resume_point is not None:
-            resume_epoch, batches_done = self._resume_point
-            resume_at = (resume_epoch, batches_done * (self.batch_size or len(data)))
-        sampler = EpochShuffleSampler(len(data), self.seed, epoch, resume_at)
-        return self._loader(data, self.batch_size, sampler)
+        trainer = self.trainer
+        epoch = trainer.current_epoch if trainer is not None else 0
+        # one shard per process, unless the Trainer was told not to distribute samplers
+        sharded = getattr(getattr(trainer, "_accelerator_connector", None), "use_distributed_sampler", True)
+        replicas = getattr(trainer, "world_size", 1) if sharded else 1
+        rank = trainer.global_rank if replicas > 1 else 0
+        size = len(data) if self.batch_size is None else min(self.batch_size, len(data))
+        sampler = EpochBatchSampler(len(data), self.seed, max(size, 1), epoch, replicas, rank, self._resume_point)
+        return DataLoader(data, sampler=sampler, batch_size=None, num_workers=self.num_workers)
 
     def state_dict(self) -> dict[str, int]:
         """The epoch and the training batches of it done so far (saved in Lightning checkpoints)."""
@@ -227,11 +264,9 @@ class BayesDataModule(L.LightningDataModule):
             raise RuntimeError(f"{type(self).__name__}.setup() must run before the {split} split is used")
         return data
 
-    def _loader(self, data: TensorDataset, batch_size: int | None, sampler: Sampler | None = None) -> DataLoader:
+    def _loader(self, data: TensorDataset, batch_size: int | None) -> DataLoader:
         size = len(data) if batch_size is None else min(batch_size, len(data))
-        return DataLoader(
-            data, batch_size=max(size, 1), sampler=sampler, shuffle=False, drop_last=False, num_workers=self.num_workers
-        )
+        return DataLoader(data, batch_size=max(size, 1), shuffle=False, drop_last=False, num_workers=self.num_workers)
 
 
 def _describe(value: object) -> str:
