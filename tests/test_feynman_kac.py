@@ -185,3 +185,15 @@ def test_hmc_over_phi_with_psi_fixed_matches_the_exact_conditional_posterior():
     assert float(sampler.model.net.psi) == pytest.approx(0.2)
     mean, cov, _ = exact_linear_gaussian(a, y, 0.2, 0.5)
     assert_matches_gaussian(samples.trace(), mean, cov)
+
+
+def test_psi_can_be_trained_by_any_torch_optimizer():
+    torch.manual_seed(0)
+    sampler = OHSMC(PartialMLP([2, 4, 3, 1], 1), Bernoulli(), num_particles=8, num_data=10, optimizer="rmsprop",
+                    optimizer_options={"alpha": 0.9})
+    sampler.setup("fit")
+    optimizer = sampler.configure_optimizers()
+    assert isinstance(optimizer, torch.optim.RMSprop) and optimizer.defaults["alpha"] == 0.9
+    before = [p.detach().clone() for p in sampler.model.deterministic_parameters()]
+    sampler.transition(torch.randn(5, 2), torch.randint(0, 2, (5,)), optimizer)
+    assert any(not torch.equal(a, p) for a, p in zip(before, sampler.model.deterministic_parameters()))

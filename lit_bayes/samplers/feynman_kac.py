@@ -29,7 +29,11 @@ from lit_bayes.validation import check_int
 
 __all__ = ["OHSMC", "SGSMC"]
 
-OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+# every torch optimiser that steps without a closure, by lower-case class name ("adam", "sgd", "adamw", ...)
+OPTIMIZERS = {
+    name.lower(): cls for name, cls in vars(torch.optim).items()
+    if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and name not in ("Optimizer", "LBFGS")
+}
 
 
 class FeynmanKacSampler(SamplerModule):
@@ -52,7 +56,9 @@ class FeynmanKacSampler(SamplerModule):
         kernel_options: the kernel's arguments.
         resampling: ``"stratified"``, ``"systematic"`` or ``"multinomial"``.
         ess_threshold: resample when ESS <= threshold * J (1: every step).
-        optimizer, lr, optimizer_options: the psi optimiser (``"adam"`` at 0.01 in the paper).
+        optimizer, lr, optimizer_options: the psi optimiser: any ``torch.optim`` class by its
+            lower-case name (``"adam"`` at 0.01 in the paper, ``"sgd"``, ``"adamw"``, ...), its
+            learning rate and other arguments.
         lr_decay, lr_decay_steps: exponential decay ``lr * lr_decay ** (step / lr_decay_steps)``
             (the crescent's ``0.1 * 0.96 ** (step / 10)``); 1 keeps ``lr`` constant.
         num_data: N of the N/M gradient scale (default: the DataModule's ``num_train``).
@@ -76,7 +82,7 @@ class FeynmanKacSampler(SamplerModule):
         kernel_options: dict[str, Any] | None = None,
         resampling: Literal["stratified", "systematic", "multinomial"] = "stratified",
         ess_threshold: float = 1.0,
-        optimizer: Literal["adam", "sgd"] = "adam",
+        optimizer: str = "adam",
         lr: float = 0.01,
         lr_decay: float = 1.0,
         lr_decay_steps: int = 1,
