@@ -4,9 +4,12 @@ import pytest
 import torch
 from torch import nn
 
-from lit_bayes import HMC, MALA, MAP, SGMCMC, BlockGibbs, Gaussian, GaussianPrior, StructuredSGMCMC
+from lit_bayes import (
+    HMC, MALA, MAP, OHSMC, SGMCMC, SGSMC, BlockGibbs, Gaussian, GaussianPrior, NoisyGibbs, StructuredSGMCMC,
+)
 from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, UncertaintyMetrics
 from lit_bayes.data import LinearRegression
+from lit_bayes.models import NoisyMLP, PartialMLP
 from lit_bayes.predictive import marginal_predictive
 
 pytestmark = pytest.mark.gpu
@@ -24,6 +27,9 @@ SAMPLERS = {
     "block_gibbs": lambda: BlockGibbs(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), num_chains=4, burn_in=5),
     "structured": lambda: StructuredSGMCMC(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), step_size=1e-3,
                                            mode="dropout", partition="fully_factorised", num_chains=4, burn_in=5),
+    "ohsmc": lambda: OHSMC(PartialMLP([3, 4, 3, 1], 1), Gaussian(1.0), num_particles=64, burn_in=5),
+    "sgsmc": lambda: SGSMC(PartialMLP([3, 4, 3, 1], 1), Gaussian(1.0), num_particles=64, burn_in=5),
+    "noisy_gibbs": lambda: NoisyGibbs(NoisyMLP([3, 4, 1]), num_chains=4, burn_in=5),
 }
 
 
