@@ -182,6 +182,10 @@ class NoisyMLP(nn.Module):
         names = [f"{kind}{j}" for j in range(2, self.depth + 1) for kind in ("z", "x")]
         return names + ([f"z{self.depth + 1}"] if self.output == "probit" else [])
 
+    def latent_sizes(self) -> dict[str, int]:
+        """The width d_l of each latent, by :meth:`latent_names`."""
+        return {name: self.widths[int(name[1:]) - 1] for name in self.latent_names()}
+
     def generate(self, params: Mapping[str, Tensor], x: Tensor, generator: torch.Generator | None,
                  noiseless: bool = False) -> tuple[dict[str, Tensor], Tensor]:
         """Run the generative process (eq. 7) with stacked parameters ``(S, ...)`` on inputs ``(n, d_1)``.

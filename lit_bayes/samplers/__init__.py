@@ -5,7 +5,8 @@ from lit_bayes.samplers.feynman_kac import OHSMC, SGSMC
 from lit_bayes.samplers.hmc import HMC, MALA
 from lit_bayes.samplers.map import MAP
 from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
+from lit_bayes.samplers.noisy_hmc import IntermediateHMC, IntermediateMALA
 from lit_bayes.samplers.sgmcmc import SGMCMC
 from lit_bayes.samplers.structured_sgmcmc import StructuredSGMCMC
 
-__all__ = ["BlockGibbs", "HMC", "MALA", "MAP", "NoisyGibbs", "OHSMC", "SGMCMC", "SGSMC", "SamplerModule", "StructuredSGMCMC"]
+__all__ = ["BlockGibbs", "HMC", "IntermediateHMC", "IntermediateMALA", "MALA", "MAP", "NoisyGibbs", "OHSMC", "SGMCMC", "SGSMC", "SamplerModule", "StructuredSGMCMC"]

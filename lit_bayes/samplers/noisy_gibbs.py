@@ -1,9 +1,11 @@
 """``NoisyGibbs``: the exact Gibbs sampler of the intermediate-noise posterior (noisy-gibbs spec §1-§2).
 
 Full batch only: every training point carries its latent pre- and post-activations
-(``z2, x2, ..., zL, xL`` and, for a probit output, the scores ``z{L+1}``), stored for every
-chain as buffers ``(C, n, d_l)`` of :class:`Latents` and saved in checkpoints with the weights.
-One training step is one sweep of :class:`lit_bayes.steppers.noisy_gibbs.NoisyGibbsStepper`.
+(:class:`NoisyMLP`: ``z2, x2, ..., zL, xL`` and, for a probit output, the scores ``z{L+1}``;
+:class:`NoisyCNN`: the layer outputs ``h1, ..., h{K-1}`` [and ``h{K}``], flattened), stored for
+every chain as buffers ``(C, n, d_l)`` of :class:`Latents` and saved in checkpoints with the
+weights. One training step is one sweep of :class:`lit_bayes.steppers.noisy_gibbs.NoisyGibbsStepper`
+(MLP) or :class:`lit_bayes.steppers.noisy_gibbs_conv.NoisyConvGibbsStepper` (CNN, App. G).
 The kept samples are the weights and biases (the latents are discarded, §1.1); predictions use
 the noiseless network (§3) through the model's likelihood (:meth:`NoisyMLP.likelihood`).
 
@@ -19,9 +21,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from lit_bayes.models.noisy_cnn import NoisyCNN
 from lit_bayes.models.noisy_mlp import NoisyMLP
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.steppers.noisy_gibbs import NoisyGibbsStepper
+from lit_bayes.steppers.noisy_gibbs_conv import NoisyConvGibbsStepper
 
 __all__ = ["Latents", "NoisyGibbs"]
 
@@ -64,11 +68,12 @@ def canonical_order(x: Tensor, y: Tensor) -> Tensor:
 
 
 class NoisyGibbs(SamplerModule):
-    """Gibbs sampling the intermediate-noise posterior of a :class:`NoisyMLP` (Algorithm 1, §2.5).
+    """Gibbs sampling the intermediate-noise posterior of a :class:`NoisyMLP` or :class:`NoisyCNN`
+    (Algorithm 1, §2.5; App. G for conv and pooling layers).
 
     Args:
-        model: the :class:`lit_bayes.models.NoisyMLP` (its noise variances and prior precisions
-            define the target, eq. 4).
+        model: the :class:`lit_bayes.models.NoisyMLP` or :class:`lit_bayes.models.noisy_cnn.NoisyCNN`
+            (its noise variances and prior precisions define the target, eq. 4).
         num_chains: chains advanced together (batched Cholesky factors and matrix products).
         burn_in, thinning, seed: as in :class:`SamplerModule`.
         init: ``"zeros"`` (every weight, bias and latent 0, as in the paper, §5), ``"prior"``
@@ -81,7 +86,7 @@ class NoisyGibbs(SamplerModule):
 
     def __init__(
         self,
-        model: NoisyMLP,
+        model: NoisyMLP | NoisyCNN,
         num_chains: int = 1,
         burn_in: int = 0,
         thinning: int = 1,
@@ -89,8 +94,8 @@ class NoisyGibbs(SamplerModule):
         init: Literal["zeros", "prior", "template"] = "zeros",
         dtype: Literal["float32", "float64"] = "float32",
     ) -> None:
-        if not isinstance(model, NoisyMLP):
-            raise ValueError(f"model must be a lit_bayes.models.NoisyMLP, got {type(model).__name__}")
+        if not isinstance(model, (NoisyMLP, NoisyCNN)):
+            raise ValueError(f"model must be a lit_bayes.models.NoisyMLP or NoisyCNN, got {type(model).__name__}")
         if init not in INITS:
             raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
         if dtype not in DTYPES:
@@ -145,7 +150,7 @@ class NoisyGibbs(SamplerModule):
         """Start the given chains (default all) from given latents (e.g. the teacher's, spec §8 item 5)
         instead of ``init``'s.
 
-        ``latents`` map :meth:`NoisyMLP.latent_names` to ``(n, d_l)`` or ``(C, n, d_l)`` tensors (C the
+        ``latents`` map the model's ``latent_names()`` to ``(n, d_l)`` or ``(C, n, d_l)`` tensors (C the
         number of chains given) whose rows belong to the rows of the training set ``(inputs, targets)``,
         in that order. Call it before ``fit``.
         """
@@ -166,9 +171,8 @@ class NoisyGibbs(SamplerModule):
     def initial_latents(self, inputs: Tensor) -> dict[str, Tensor]:
         """Every chain's latents at the first sweep (see ``init``)."""
         if self.start == "zeros":
-            widths = self.model.widths
-            latents = {name: inputs.new_zeros(self.num_chains, len(inputs), widths[int(name[1:]) - 1])
-                       for name in self.model.latent_names()}
+            latents = {name: inputs.new_zeros(self.num_chains, len(inputs), size)
+                       for name, size in self.model.latent_sizes().items()}
         else:
             net, _ = self.split_parameters(self.chains.snapshot())
             latents, _ = self.model.generate(net, inputs, self.generator)
@@ -187,13 +191,16 @@ class NoisyGibbs(SamplerModule):
 
     # ----------------------------------------------------------------- sweeps
     def layer_tensors(self) -> tuple[list[Tensor], list[Tensor | None]]:
-        """The chains' weight and bias tensors per layer (live storage)."""
+        """The chains' weight and bias tensors per layer of a :class:`NoisyMLP` (live storage)."""
         params = self.chains.as_dict()
         depth = self.model.depth
         return ([params[f"net.layers.{j}.weight"] for j in range(depth)],
                 [params.get(f"net.layers.{j}.bias") for j in range(depth)])
 
     def configure_optimizers(self):
+        if isinstance(self.model, NoisyCNN):
+            net, _ = self.split_parameters(self.chains.as_dict())
+            return NoisyConvGibbsStepper(self.model, net, self.make_generator())
         weights, biases = self.layer_tensors()
         return NoisyGibbsStepper(self.model, weights, biases, self.make_generator())
 

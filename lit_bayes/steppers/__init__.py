@@ -2,8 +2,9 @@
 from lit_bayes.steppers.block_metropolis import BlockMetropolis
 from lit_bayes.steppers.hmc import HMCStepper
 from lit_bayes.steppers.noisy_gibbs import NoisyGibbsStepper
+from lit_bayes.steppers.noisy_gibbs_conv import NoisyConvGibbsStepper
 from lit_bayes.steppers.psgld import PSGLD
 from lit_bayes.steppers.sghmc import SGHMC
 from lit_bayes.steppers.sgld import SGLD
 
-__all__ = ["BlockMetropolis", "HMCStepper", "NoisyGibbsStepper", "PSGLD", "SGHMC", "SGLD"]
+__all__ = ["BlockMetropolis", "HMCStepper", "NoisyConvGibbsStepper", "NoisyGibbsStepper", "PSGLD", "SGHMC", "SGLD"]

@@ -49,15 +49,23 @@ class LinearGaussianConditional:
         self.factor = torch.linalg.cholesky(gram)
         self.projector = torch.cholesky_solve(design.mT, self.factor) if cache_projector else None
 
+    def mean(self, targets: Tensor, prior_mean: Tensor | None = None) -> Tensor:
+        """The conditional means of the rows, ``(C, k, d)``, given targets ``(C, m, k)`` and optionally
+        the row prior means ``(C, k, d)``."""
+        if self.projector is not None and prior_mean is None:
+            return (self.projector @ targets).mT
+        rhs = self.design.mT @ targets
+        if prior_mean is not None:
+            rhs = rhs + self.scaled_precision.unsqueeze(-1) * prior_mean.mT
+        return torch.cholesky_solve(rhs, self.factor).mT
+
+    def covariance(self) -> Tensor:
+        """The covariance delta A^{-1} ``(..., d, d)`` shared by every row."""
+        return self.delta * torch.cholesky_inverse(self.factor)
+
     def sample(self, targets: Tensor, generator: torch.Generator, prior_mean: Tensor | None = None) -> Tensor:
         """Draw R ``(C, k, d)`` given targets ``(C, m, k)`` and optionally the row prior means ``(C, k, d)``."""
-        if self.projector is not None and prior_mean is None:
-            mean = self.projector @ targets
-        else:
-            rhs = self.design.mT @ targets
-            if prior_mean is not None:
-                rhs = rhs + self.scaled_precision.unsqueeze(-1) * prior_mean.mT
-            mean = torch.cholesky_solve(rhs, self.factor)
+        mean = self.mean(targets, prior_mean).mT
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         factor = self.factor.expand(*mean.shape[:-2], *self.factor.shape[-2:])
         draw = mean + math.sqrt(self.delta) * torch.linalg.solve_triangular(factor.mT, noise, upper=True)

@@ -1,0 +1,298 @@
+"""HMC and MALA on the *intermediate-noise* posterior (noisy-gibbs spec §5, App. H; the paper's
+"HMC (intermediate)" baseline of Fig. 2).
+
+The sampled state of every chain is the one the exact Gibbs sampler
+(:class:`lit_bayes.samplers.noisy_gibbs.NoisyGibbs`) moves: the weights and biases of a
+:class:`lit_bayes.models.NoisyMLP` *and* the latent pre- and post-activations ``Z^(l), X^(l)``
+(l = 2..L) of every training point. The potential is the joint energy of eq. 4 (spec §1.1-1.2):
+
+    U = sum_l [lambda_W^(l)/2 |W^(l)|^2 + lambda_b^(l)/2 |b^(l)|^2]                     (priors)
+      + sum_{l=1}^{L-1} [ |Z^(l+1) - X^(l) W^(l)T - 1 b^(l)T|^2 / (2 Delta_Z^(l+1))     (eq. 5)
+                        + |X^(l+1) - sigma(Z^(l+1))|^2 / (2 Delta_X^(l+1)) ]            (eq. 6)
+      - sum_mu log p(y^mu | X^(L)mu W^(L)T + b^(L))                                      (output)
+
+with X^(1) the inputs. The output term is the regression law N(y | ., Delta_Z^(L+1)) (Z^(L+1) = y,
+§1.3), or, for the multinomial probit (App. E.4), the probit likelihood with Z^(L+1) integrated out
+exactly (:class:`lit_bayes.models.noisy_mlp.MultinomialProbit`): the hard argmax constraint makes
+the density of Z^(L+1) discontinuous, which HMC cannot follow, and integrating it out leaves the
+marginal over every other variable unchanged. The gradient of U needs sigma'; ``sign`` has none
+(zero almost everywhere, a jump at 0), so it is refused. ReLU's kink at 0 is allowed: leapfrog
+steps stay volume preserving and reversible with a piecewise gradient, so the Metropolis test keeps
+the chain exact, at the price of larger energy errors for trajectories crossing the kink.
+
+Full batch only; HMC (App. H.1, Alg. 3) or MALA (App. H.2, Alg. 4) transitions of all chains at
+once by :class:`lit_bayes.steppers.hmc.HMCStepper` (identity mass matrix, as in the paper). The
+latents are parameters of :attr:`IntermediateHMC.latents` (a :class:`lit_bayes.chains.ChainState`,
+``(C, n, d_l)`` each) and are saved in checkpoints; the kept samples are the weights and biases
+only (the latents are discarded, §1.1), and predictions use the noiseless network (§3).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from lit_bayes.chains import ChainState
+from lit_bayes.models.noisy_mlp import NoisyMLP
+from lit_bayes.samplers.base import rank_seed
+from lit_bayes.samplers.hmc import HMC
+from lit_bayes.samplers.noisy_gibbs import DTYPES, canonical_order
+from lit_bayes.steppers.hmc import HMCStepper
+
+__all__ = ["IntermediateHMC", "IntermediateMALA"]
+
+INITS = ("normal", "zeros", "prior", "template")
+_INIT_STREAM = 2  # rank_seed stream of the initial latents (0: initial weights, 1: the stepper)
+
+
+class IntermediateHMC(HMC):
+    """HMC over the weights, biases and latents of a :class:`NoisyMLP` (the joint of eq. 4).
+
+    Args:
+        model: the :class:`lit_bayes.models.NoisyMLP` defining the target (noise variances, prior
+            precisions, activation ``relu``, ``abs`` or ``linear``, output ``regression`` or ``probit``).
+        step_size: leapfrog step (the paper's "learning rate", Tables 1-2); adapted by dual averaging
+            during ``adapt_steps`` steps (default: the burn-in; 0 keeps it fixed, as in the paper, §5).
+        num_leapfrog: leapfrog steps per transition (1: MALA with eta = step_size^2 / 2).
+        target_accept: acceptance rate dual averaging aims at.
+        num_data: training-set size n (the number of latent rows); default the DataModule's ``num_train``.
+        num_chains, burn_in, thinning, seed: as in :class:`lit_bayes.samplers.base.SamplerModule`.
+        init: the start of every chain (spec §5, "Initialization of the uninformed baselines"):
+            ``"normal"`` (every weight, bias and latent i.i.d. N(0, init_std^2); the paper's std 1e-4 for
+            the synthetic runs), ``"zeros"`` (all 0, the Gibbs sampler's start), ``"prior"`` (weights
+            from the prior, latents through the generative process eq. 7 with fresh noise) or
+            ``"template"`` (``model``'s parameters, latents as for ``"prior"``). Given chains can start
+            elsewhere with :meth:`set_initial_parameters` and :meth:`set_initial_latents` (the informed
+            start at the teacher, spec §4).
+        init_std: standard deviation of ``init="normal"``.
+        dtype: ``"float32"`` or ``"float64"`` for the weights and latents.
+    """
+
+    def __init__(
+        self,
+        model: NoisyMLP,
+        step_size: float = 1e-3,
+        num_leapfrog: int = 10,
+        target_accept: float = 0.65,
+        adapt_steps: int | None = None,
+        num_data: int | None = None,
+        num_chains: int = 1,
+        burn_in: int = 0,
+        thinning: int = 1,
+        seed: int = 0,
+        init: Literal["normal", "zeros", "prior", "template"] = "normal",
+        init_std: float = 1e-4,
+        dtype: Literal["float32", "float64"] = "float32",
+    ) -> None:
+        if not isinstance(model, NoisyMLP):
+            raise ValueError(f"model must be a lit_bayes.models.NoisyMLP, got {type(model).__name__}")
+        if model.depth < 2:
+            raise ValueError(f"model must have a hidden layer (widths {model.widths} have none): with one weight "
+                             "layer the intermediate posterior is the classical one, sample it with HMC or MALA")
+        if model.activation == "sign":
+            raise ValueError("model.activation 'sign' has no usable derivative (zero almost everywhere, a jump at "
+                             "0), so HMC cannot sample the intermediate posterior; use NoisyGibbs, or relu/abs/linear")
+        if init not in INITS:
+            raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
+        if isinstance(init_std, bool) or not isinstance(init_std, numbers.Real) or not (
+                math.isfinite(init_std) and init_std > 0):
+            raise ValueError(f"init_std must be a finite number > 0, got {init_std!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+        if not isinstance(step_size, numbers.Real) or isinstance(step_size, bool) or not (
+                math.isfinite(step_size) and step_size > 0):
+            raise ValueError(f"step_size must be a finite number > 0, got {step_size!r}")
+        super().__init__(model, model.likelihood(), model.prior(), step_size, num_leapfrog, target_accept,
+                         adapt_steps, num_data, 1.0, num_chains, burn_in, thinning, seed,
+                         "prior" if init == "prior" else "template", True)
+        self.start = init
+        self.init_std = float(init_std)
+        self.dtype_name = dtype
+        self.latents: ChainState | None = None
+        self._latents_fresh = False  # storage allocated, values still to be drawn at the first step
+        self._pending_parameters: tuple[Tensor, dict[str, Tensor]] | None = None
+        self._pending_latents: tuple[Tensor, dict[str, Tensor]] | None = None
+
+    # ------------------------------------------------------------------ state
+    def initial_state(self, generator: torch.Generator) -> dict[str, Tensor]:
+        state = super().initial_state(generator)
+        dtype = DTYPES[self.dtype_name]
+        if self.start == "zeros":
+            state = {name: torch.zeros_like(p) for name, p in state.items()}
+        elif self.start == "normal":
+            state = {name: self.init_std * torch.randn(p.shape, generator=generator, dtype=p.dtype)
+                     for name, p in state.items()}
+        state = {name: p.to(dtype) for name, p in state.items()}
+        if self._pending_parameters is not None:
+            chains, values = self._pending_parameters
+            for name, value in values.items():
+                state[f"net.{name}"][chains] = value.to(dtype)
+            self._pending_parameters = None
+        return state
+
+    def _chain_index(self, chains: Sequence[int] | None) -> Tensor:
+        if chains is None:
+            return torch.arange(self.num_chains)
+        index = list(chains)
+        if not index or len(set(index)) != len(index) or any(
+                isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < self.num_chains for c in index):
+            raise ValueError(f"chains must list distinct chain indices in [0, {self.num_chains}), got {chains!r}")
+        return torch.tensor(index)
+
+    def set_initial_parameters(self, parameters: Mapping[str, Tensor], chains: Sequence[int] | None = None) -> None:
+        """Start the given chains (default all) at ``parameters`` (the model's names ``layers.{l}.weight``,
+        ``layers.{l}.bias``), e.g. the teacher W* (spec §4 step 4). Call it before ``fit``."""
+        if self.chains is not None:
+            raise RuntimeError("set_initial_parameters must be called before fit: the chains already exist")
+        shapes = {name: p.shape for name, p in self.model.named_parameters()}
+        if sorted(parameters) != sorted(shapes):
+            raise ValueError(f"parameters must hold exactly {sorted(shapes)}, got {sorted(parameters)}")
+        for name, value in parameters.items():
+            if value.shape != shapes[name]:
+                raise ValueError(f"parameters[{name!r}] must have shape {tuple(shapes[name])}, got {tuple(value.shape)}")
+        self._pending_parameters = (self._chain_index(chains), {n: v.detach().clone() for n, v in parameters.items()})
+
+    def set_initial_latents(self, inputs: Tensor, targets: Tensor, latents: Mapping[str, Tensor],
+                            chains: Sequence[int] | None = None) -> None:
+        """Start the given chains (default all) from given latents, e.g. the teacher's with the noise used
+        for the labels (spec §8 item 5). ``latents`` map the hidden-layer names ``z2, x2, ..., zL, xL`` to
+        ``(n, d_l)`` or ``(C, n, d_l)`` tensors whose rows follow the rows of ``(inputs, targets)``.
+        A probit output's scores Z^(L+1) are not part of the state (integrated out) and are ignored.
+        Call it before ``fit``."""
+        names = self.latent_names()
+        given = {name: value for name, value in latents.items() if name in names}
+        if sorted(given) != sorted(names) or any(name not in self.model.latent_names() for name in latents):
+            raise ValueError(f"latents must hold exactly {names}, got {sorted(latents)}")
+        index = self._chain_index(chains)
+        order = canonical_order(inputs, targets)
+        pending = {}
+        for name, value in given.items():
+            if value.dim() not in (2, 3) or value.shape[-2] != len(inputs) or (
+                    value.dim() == 3 and value.shape[0] not in (1, len(index))):
+                raise ValueError(f"latents[{name!r}] must have shape (n, d) or (C, n, d) with n = {len(inputs)} "
+                                 f"and C = {len(index)} chains, got {tuple(value.shape)}")
+            pending[name] = value[..., order, :].to(DTYPES[self.dtype_name])
+        self._pending_latents = (index, pending)
+
+    def latent_names(self) -> list[str]:
+        """The sampled latents: ``z2, x2, ..., zL, xL`` (no probit scores: those are integrated out)."""
+        return [f"{kind}{j}" for j in range(2, self.model.depth + 1) for kind in ("z", "x")]
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if self.latents is not None:
+            return
+        num = self.posterior.num_data
+        if num is None:
+            raise ValueError("IntermediateHMC needs the training-set size for its latents: pass num_data or use a "
+                             "DataModule exposing num_train")
+        dtype = DTYPES[self.dtype_name]
+        self.latents = ChainState({name: torch.zeros(self.num_chains, num, self.model.widths[int(name[1:]) - 1],
+                                                     dtype=dtype) for name in self.latent_names()})
+        self._latents_fresh = True
+
+    def initial_latents(self, inputs: Tensor) -> dict[str, Tensor]:
+        """Every chain's latents at the first step (see ``init``), rows in the canonical order of ``inputs``."""
+        generator = torch.Generator(device=inputs.device).manual_seed(
+            rank_seed(self.seed, self.stream_rank, _INIT_STREAM))
+        current = self.latents.as_dict()
+        if self.start == "zeros":
+            latents = {name: torch.zeros_like(value) for name, value in current.items()}
+        elif self.start == "normal":
+            latents = {name: self.init_std * torch.randn(value.shape, generator=generator, device=value.device,
+                                                         dtype=value.dtype) for name, value in current.items()}
+        else:
+            net, _ = self.split_parameters(self.chains.snapshot())
+            generated, _ = self.model.generate(net, inputs, generator)
+            latents = {name: generated[name] for name in self.latent_names()}
+        if self._pending_latents is not None:
+            index, pending = self._pending_latents
+            for name, value in pending.items():
+                latents[name][index] = value.to(latents[name].device).expand_as(latents[name][index])
+            self._pending_latents = None
+        return latents
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        saved = {k[len("latents."):]: v for k, v in checkpoint.get("state_dict", {}).items()
+                 if k.startswith("latents.")}
+        if self.latents is not None:
+            for name, value in self.latents.as_dict().items():
+                if name in saved and saved[name].shape != value.shape:
+                    raise ValueError(f"checkpoint holds latents {name} of shape {tuple(saved[name].shape)}, this "
+                                     f"sampler has {tuple(value.shape)}: another training set, model or num_chains")
+        self._latents_fresh = False
+
+    # ----------------------------------------------------------------- energy
+    def joint_energy(self, params: Mapping[str, Tensor], latents: Mapping[str, Tensor], inputs: Tensor,
+                     targets: Tensor) -> Tensor:
+        """U of the module docstring (minus log of eq. 4 up to a constant) for every chain, ``(C,)``.
+
+        ``params``: ``net.layers.{l}.*`` ``(C, ...)``; ``latents``: :meth:`latent_names` to ``(C, n, d_l)``;
+        ``inputs`` ``(n, d_1)`` and ``targets`` ``(n,)`` in the latents' row order."""
+        model = self.model
+        energy = -self.prior(params)
+        below = inputs
+        for j in range(model.depth):
+            omega = below @ params[f"net.layers.{j}.weight"].mT
+            if model.has_bias:
+                omega = omega + params[f"net.layers.{j}.bias"].unsqueeze(-2)
+            if j == model.depth - 1:
+                break
+            z, x = latents[f"z{j + 2}"], latents[f"x{j + 2}"]
+            energy = energy + (z - omega).pow(2).sum((-2, -1)) / (2 * model.delta_z[j]) \
+                + (x - model.sigma(z)).pow(2).sum((-2, -1)) / (2 * model.delta_x[j])
+            below = x
+        return energy - self.likelihood(omega, targets).sum(-1)
+
+    # ------------------------------------------------------------------ steps
+    def configure_optimizers(self):
+        params = list(self.chains.parameters()) + list(self.latents.parameters())
+        return HMCStepper(params, generator=self.make_generator(), **self.stepper_options)
+
+    def sweep_inputs(self, batch: Any) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """The full training set in canonical order (inputs in the state's dtype), its targets and the
+        live latents (drawn on the first call of a fresh run, see ``init``)."""
+        x, y = self.check_batch(batch)
+        expected = self.latents.z2.shape[1]
+        if x.shape[0] != expected:
+            raise ValueError(f"{type(self).__name__} is full batch: the training batch has {x.shape[0]} points, "
+                             f"the training set {expected}; use batch_size=None")
+        order = canonical_order(x, y)
+        inputs = x[order].flatten(1).to(DTYPES[self.dtype_name])
+        latents = self.latents.as_dict()
+        if self._latents_fresh:
+            with torch.no_grad():
+                for name, value in self.initial_latents(inputs).items():
+                    latents[name].copy_(value)
+            self._latents_fresh = False
+        return inputs, y[order], latents
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        inputs, targets, latents = self.sweep_inputs(batch)
+        stepper = self.optimizers()
+
+        def closure() -> Tensor:
+            stepper.zero_grad()
+            energy = self.joint_energy(self.chains.as_dict(), latents, inputs, targets)
+            self.manual_backward(energy.sum())
+            return energy
+
+        energy = stepper.step(closure=closure)  # through Lightning, so global_step counts it
+        self.check_energy(energy)
+        self.log("step_size", stepper.optimizer.step_sizes().mean(), prog_bar=True, on_step=True, on_epoch=False)
+        self.log("train/energy", energy.mean(), prog_bar=True, on_step=True, on_epoch=False)
+        return energy
+
+
+class IntermediateMALA(IntermediateHMC):
+    """MALA on the intermediate posterior (App. H.2, Alg. 4): one leapfrog step, eta = step_size^2 / 2,
+    dual averaging towards 0.574."""
+
+    def __init__(self, model: NoisyMLP, step_size: float = 1e-3, target_accept: float = 0.574,
+                 **kwargs: Any) -> None:
+        super().__init__(model, step_size=step_size, num_leapfrog=1, target_accept=target_accept, **kwargs)

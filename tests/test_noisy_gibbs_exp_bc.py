@@ -1,0 +1,99 @@
+"""The noisy-gibbs Exp. B script (spec §6.2) and the Exp. C MNIST MLP recipe (spec §6.3) at tiny sizes."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+
+from lit_bayes.cli import main
+from tests.test_data import write_mnist
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes" / "noisy_gibbs"
+
+
+def load_exp_b():
+    spec = importlib.util.spec_from_file_location("exp_b", RECIPES / "exp_b.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_exp_b_merge_rule_and_paper_hyperparameters():
+    exp_b = load_exp_b()
+    times = [0.1 * t for t in range(40)]
+    wiggle = 0.05 * torch.sin(torch.arange(40.0))
+    informed = 1.0 + wiggle
+    merging = 1.0 + 4.0 * torch.exp(-torch.arange(40.0) / 3) + wiggle
+    stuck = 3.0 + wiggle
+    result = exp_b.thermalization(times, torch.stack([informed, merging]).double(), 3)
+    assert result["thermalized"] and result["informed_stationary"] and 0.3 < result["thermalization_time_s"] < 1.5
+    assert abs(result["equilibrium_test_mse"] - 1.0) < 0.05
+    assert not exp_b.thermalization(times, torch.stack([informed, stuck]).double(), 3)["thermalized"]
+    rising = exp_b.thermalization(times, torch.stack([torch.linspace(0, 1, 40), merging]).double(), 3)
+    assert not rising["informed_stationary"]
+    # Tables 1, 2 and 4 at Delta = 1e-3 (index 9): 5e-5 / 1000 leapfrogs, MALA eta = 1e-8
+    assert exp_b.hyperparameters("hmc_intermediate", 1e-3, 0) == {"step_size": 5e-5, "num_leapfrog": 1000,
+                                                                   "paper_num_leapfrog": 1000}
+    assert exp_b.hyperparameters("hmc_classical", 0.464, 100)["num_leapfrog"] == 20
+    assert exp_b.hyperparameters("hmc_classical", 0.0215, 50)["num_leapfrog"] == 50
+    assert exp_b.hyperparameters("mala_classical", 1e-3, 0)["eta"] == 1e-8
+    assert len(exp_b.DELTAS) == 17 and exp_b.key(exp_b.DELTAS[7]) == "0.00464" and exp_b.key(1e-5) in exp_b.PAPER
+
+
+def test_exp_b_script_runs_every_sampler_at_tiny_size(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [
+        "exp_b.py", "--teachers", "1", "--deltas", "0.1", "--budget-s", "0.3", "--records", "8", "--window", "2",
+        "--num-train", "30", "--num-test", "20", "--max-leapfrog", "5", "--root", str(tmp_path)])
+    load_exp_b().main()
+    assert "72/72 (0.0411)" in capsys.readouterr().out  # the paper's intermediate-HMC cell at Delta = 0.1
+    table = json.loads((tmp_path / "exp_b.json").read_text())
+    assert sorted(table["summary"]["0.1"]) == ["gibbs", "hmc_classical", "hmc_intermediate", "mala_classical"]
+    runs = {r["algorithm"]: r for r in table["runs"]}
+    for algorithm, run in runs.items():
+        assert run["steps"] >= 1 and len(run["trace_s"]) >= 2, algorithm
+        assert run["trace_test_mse"][0][0] < 1e-10, algorithm  # chain 0 starts at the teacher
+        assert run["trace_test_mse"][1][0] > 1e-3, algorithm  # chain 1 does not
+    assert runs["hmc_intermediate"]["hyperparameters"] == {"step_size": 5e-4, "num_leapfrog": 5,
+                                                           "paper_num_leapfrog": 1000}
+    assert runs["gibbs"]["acceptance"] is None and len(runs["mala_classical"]["acceptance"]) == 2
+
+
+def test_exp_c_mlp_recipe_runs_on_tiny_mnist(tmp_path):
+    """exp_c_mlp.yaml (spec §6.3: 784-12-10 ReLU, Delta = 2, probit output, lambda = fan-in, zero init)
+    for 3 sweeps on 24 tiny MNIST images: the CLI fits, tests and writes summary.json."""
+    config = yaml.safe_load((RECIPES / "exp_c_mlp.yaml").read_text())
+    net = config["model"]["init_args"]["model"]["init_args"]
+    assert net["widths"] == [784, 12, 10] and net["output"] == "probit" and net["delta_z"] == [2.0, 2.0]
+    assert net["prior_precision"] == [784.0, 12.0] and config["model"]["init_args"]["init"] == "zeros"
+    write_mnist(tmp_path / "data", "MNIST")
+    main(["fit", "-c", str(RECIPES / "exp_c_mlp.yaml"), "--data.init_args.root", str(tmp_path / "data"),
+          "--trainer.default_root_dir", str(tmp_path), "--trainer.max_epochs", "3", "--model.init_args.burn_in", "1",
+          "--model.init_args.thinning", "1", "--checkpoint.every_n_epochs", "3", "--wandb", "false",
+          "--trainer.enable_progress_bar", "false"])
+    (summary_path,) = tmp_path.rglob("summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["sampler"] == "NoisyGibbs" and summary["dataset"] == "TorchvisionImages" and summary["steps"] == 3
+    metrics = summary["metrics"]
+    assert 0.0 <= metrics["test/accuracy"] <= 1.0 and "test/accuracy_per_sample" in metrics
+
+
+def test_exp_c_cnn_recipe_runs_on_tiny_mnist(tmp_path):
+    """exp_c_cnn.yaml (spec §6.3, Fig. 5: conv 2x4x4 stride 2 -> 2x2 average pool -> ReLU -> dense 72 -> 10,
+    Delta = 100 after every layer, probit output, lambda = fan-in 16 / 72, zero init) for 3 sweeps on 24
+    tiny MNIST images."""
+    config = yaml.safe_load((RECIPES / "exp_c_cnn.yaml").read_text())
+    net = config["model"]["init_args"]["model"]["init_args"]
+    assert net["layers"] == ["conv:2:4:2", "pool:2", "relu", "dense:10"] and net["delta"] == 100.0
+    assert net["prior_precision"] == [16.0, 72.0] and net["output"] == "probit"
+    write_mnist(tmp_path / "data", "MNIST")
+    main(["fit", "-c", str(RECIPES / "exp_c_cnn.yaml"), "--data.init_args.root", str(tmp_path / "data"),
+          "--trainer.default_root_dir", str(tmp_path), "--trainer.max_epochs", "3", "--model.init_args.burn_in", "1",
+          "--model.init_args.thinning", "1", "--checkpoint.every_n_epochs", "3", "--wandb", "false",
+          "--trainer.enable_progress_bar", "false"])
+    (summary_path,) = tmp_path.rglob("summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["sampler"] == "NoisyGibbs" and summary["steps"] == 3
+    assert 0.0 <= summary["metrics"]["test/accuracy"] <= 1.0 and "test/accuracy_per_sample" in summary["metrics"]
