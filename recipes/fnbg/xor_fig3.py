@@ -2,6 +2,7 @@
 
     python recipes/fnbg/xor_fig3.py                 # the paper's 110,000 sweeps per chain
     python recipes/fnbg/xor_fig3.py --sweeps 2000   # a short run
+    python recipes/fnbg/xor_fig3.py --exact-chains 0   # scenario 1 only (the minibatch chains)
 
 Scenario 1: minibatch NBG, batch 100, variance 0.04 (recipes/xor_nbg_deep.yaml), 10 chains.
 Scenario 2: exact (full-batch) NBG, variance 0.001, 10 chains. Scenarios 3/4 keep the exact
@@ -25,21 +26,23 @@ PAPER = {"minibatch": 98.88, "exact": 86.92, "exact >= 5%": 95.38, "exact >= 20%
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=110_000)
-    parser.add_argument("--exact-chains", type=int, default=23)
+    parser.add_argument("--exact-chains", type=int, default=23, help="0 skips the exact scenarios")
     parser.add_argument("--out", default="runs/fnbg")
     args = parser.parse_args()
     config, draws = RECIPES / "xor_nbg_deep.yaml", min(10_000, args.sweeps - args.sweeps // 11)
     minibatch = fit(config, [*scaled(args.sweeps, 50), "--trainer.default_root_dir", f"{args.out}/xor_minibatch"])
-    exact = fit(config, [*scaled(args.sweeps, 1), "--data.init_args.batch_size", "null",
-                         "--model.init_args.proposal_variance", "0.001",
-                         "--model.init_args.num_chains", str(args.exact_chains),
-                         "--trainer.default_root_dir", f"{args.out}/xor_exact"])
-    counts = exact.model.acceptance_counts()
-    exact_rates = (counts["accepted"].mean(1) / counts["proposed"]).tolist()  # per chain, all sweeps
-    exact_acc = chain_accuracies(exact, draws)
-    scenarios = {"minibatch": chain_accuracies(minibatch, draws), "exact": exact_acc[:10],
-                 "exact >= 5%": [a for a, r in zip(exact_acc, exact_rates) if r >= 0.05][:10],
-                 "exact >= 20%": [a for a, r in zip(exact_acc, exact_rates) if r >= 0.20][:10]}
+    scenarios, exact_rates = {"minibatch": chain_accuracies(minibatch, draws)}, []
+    if args.exact_chains > 0:
+        exact = fit(config, [*scaled(args.sweeps, 1), "--data.init_args.batch_size", "null",
+                             "--model.init_args.proposal_variance", "0.001",
+                             "--model.init_args.num_chains", str(args.exact_chains),
+                             "--trainer.default_root_dir", f"{args.out}/xor_exact"])
+        counts = exact.model.acceptance_counts()
+        exact_rates = (counts["accepted"].mean(1) / counts["proposed"]).tolist()  # per chain, all sweeps
+        exact_acc = chain_accuracies(exact, draws)
+        scenarios.update({"exact": exact_acc[:10],
+                          "exact >= 5%": [a for a, r in zip(exact_acc, exact_rates) if r >= 0.05][:10],
+                          "exact >= 20%": [a for a, r in zip(exact_acc, exact_rates) if r >= 0.20][:10]})
     rows = [{"scenario": name, "chains": len(acc), "median": 100 * statistics.median(acc) if acc else None,
              "mean": 100 * statistics.fmean(acc) if acc else None, "paper_median": PAPER[name]}
             for name, acc in scenarios.items()]
