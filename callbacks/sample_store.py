@@ -31,7 +31,10 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 class MemoryStore:
     """Keeps at most ``max_draws`` draws: the last ones (``policy="last"``) or a uniform
-    reservoir sample of all draws so far (``policy="reservoir"``, Vitter's algorithm R)."""
+    reservoir sample of all draws so far (``policy="reservoir"``, Vitter's algorithm R).
+
+    The draws live in one preallocated ``(max_draws, ...)`` buffer written in place (a ring for
+    ``"last"``), so an append costs one draw's copy whatever ``max_draws`` is."""
 
     def __init__(self, max_draws: int, policy: str = "last", seed: int = 0) -> None:
         if not isinstance(max_draws, int) or max_draws < 1:
@@ -41,31 +44,47 @@ class MemoryStore:
         self.max_draws = max_draws
         self.policy = policy
         self.generator = torch.Generator().manual_seed(seed)
-        self.buffer: Tensor | None = None
+        self.buffer: Tensor | None = None  # (max_draws, ...) once the first draw arrived
+        self.size = 0  # slots filled
+        self.next = 0  # the slot the next draw of a full "last" ring overwrites (its oldest)
         self.seen = 0
 
-    def append(self, draw: Tensor) -> None:
-        draw = draw.detach().to("cpu").unsqueeze(0)
-        self.seen += 1
+    def _store(self, slot: int, draw: Tensor) -> None:
         if self.buffer is None:
-            self.buffer = draw.clone()
-        elif self.buffer.shape[0] < self.max_draws:
-            self.buffer = torch.cat([self.buffer, draw])
+            self.buffer = draw.new_empty((self.max_draws, *draw.shape))
+        self.buffer[slot] = draw
+
+    def append(self, draw: Tensor) -> None:
+        draw = draw.detach().to("cpu")
+        self.seen += 1
+        if self.size < self.max_draws:
+            self._store(self.size, draw)
+            self.size += 1
         elif self.policy == "last":
-            self.buffer = torch.cat([self.buffer[1:], draw])
+            self._store(self.next, draw)
+            self.next = (self.next + 1) % self.max_draws
         else:
             slot = int(torch.randint(self.seen, (1,), generator=self.generator))
             if slot < self.max_draws:
-                self.buffer[slot] = draw[0]
+                self._store(slot, draw)
 
     def draws(self) -> Tensor | None:
-        return self.buffer
+        """The kept draws, oldest first for ``"last"``, ``(draws, ...)``; ``None`` before the first."""
+        if self.buffer is None:
+            return None
+        if self.next == 0:
+            return self.buffer[: self.size]
+        return torch.cat([self.buffer[self.next :], self.buffer[: self.next]])
 
     def state_dict(self) -> dict:
-        return {"buffer": self.buffer, "seen": self.seen, "generator": self.generator.get_state()}
+        return {"buffer": self.draws(), "seen": self.seen, "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.buffer, self.seen = state["buffer"], int(state["seen"])
+        draws, self.seen = state["buffer"], int(state["seen"])
+        self.buffer, self.size, self.next = None, 0, 0
+        for draw in [] if draws is None else draws:
+            self._store(self.size, draw)
+            self.size += 1
         self.generator.set_state(state["generator"])
 
 

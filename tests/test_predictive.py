@@ -388,3 +388,24 @@ def test_trainer_predict_returns_the_marginal_of_the_kept_samples(fitted_moons):
     x, _ = data.test_data.tensors
     assert log_probs.shape == (x.shape[0], 2)
     torch.testing.assert_close(log_probs.double(), hand_predictive(sampler, store, x).log(), rtol=0, atol=1e-5)
+
+
+def test_memory_store_ring_keeps_the_last_draws_in_order_across_a_checkpoint():
+    from lit_bayes.callbacks.sample_store import MemoryStore
+
+    full, split = MemoryStore(3, "last"), MemoryStore(3, "last")
+    for i in range(7):
+        full.append(torch.full((2,), float(i)))
+    for i in range(5):
+        split.append(torch.full((2,), float(i)))
+    resumed = MemoryStore(3, "last")
+    resumed.load_state_dict(split.state_dict())
+    for i in range(5, 7):
+        resumed.append(torch.full((2,), float(i)))
+    assert full.draws()[:, 0].tolist() == [4.0, 5.0, 6.0]
+    assert torch.equal(resumed.draws(), full.draws())
+    reservoir = MemoryStore(3, "reservoir", seed=1)
+    for i in range(50):
+        reservoir.append(torch.tensor([float(i)]))
+    kept = reservoir.draws()[:, 0].tolist()
+    assert len(kept) == 3 and len(set(kept)) == 3 and all(0 <= k < 50 for k in kept)
