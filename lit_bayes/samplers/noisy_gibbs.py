@@ -27,7 +27,7 @@ from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.steppers.noisy_gibbs import NoisyGibbsStepper
 from lit_bayes.steppers.noisy_gibbs_conv import NoisyConvGibbsStepper
 
-__all__ = ["Latents", "NoisyGibbs"]
+__all__ = ["InformedStart", "Latents", "NoisyGibbs"]
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 INITS = ("zeros", "prior", "template")
@@ -67,7 +67,71 @@ def canonical_order(x: Tensor, y: Tensor) -> Tensor:
     return order
 
 
-class NoisyGibbs(SamplerModule):
+class InformedStart:
+    """Starting chosen chains at given weights and latents instead of the sampler's ``init``: the
+    informed chain of the teacher-student test (spec §4 step 4, §8 item 5). Mixed into the sampler
+    modules of the intermediate-noise posterior, which set ``_pending_parameters`` and
+    ``_pending_latents`` to ``None`` and ``dtype_name`` in ``__init__``."""
+
+    def _chain_index(self, chains: Sequence[int] | None) -> Tensor:
+        """The chain indices of ``chains`` (default: every chain), checked."""
+        if chains is None:
+            return torch.arange(self.num_chains)
+        index = list(chains)
+        if not index or len(set(index)) != len(index) or any(
+                isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < self.num_chains for c in index):
+            raise ValueError(f"chains must list distinct chain indices in [0, {self.num_chains}), got {chains!r}")
+        return torch.tensor(index)
+
+    def set_initial_parameters(self, parameters: Mapping[str, Tensor], chains: Sequence[int] | None = None) -> None:
+        """Start the given chains (default all) at ``parameters`` instead of ``init``'s weights, e.g. the
+        teacher W* for an informed chain (spec §4 step 4). ``parameters`` map the model's parameter
+        names (``layers.{l}.weight``, ``layers.{l}.bias``) to tensors of their shapes. Call it before ``fit``."""
+        if self.chains is not None:
+            raise RuntimeError("set_initial_parameters must be called before fit: the chains already exist")
+        shapes = {name: p.shape for name, p in self.model.named_parameters()}
+        if sorted(parameters) != sorted(shapes):
+            raise ValueError(f"parameters must hold exactly {sorted(shapes)}, got {sorted(parameters)}")
+        for name, value in parameters.items():
+            if value.shape != shapes[name]:
+                raise ValueError(f"parameters[{name!r}] must have shape {tuple(shapes[name])}, got {tuple(value.shape)}")
+        self._pending_parameters = (self._chain_index(chains), {n: v.detach().clone() for n, v in parameters.items()})
+
+    def apply_initial_parameters(self, state: dict[str, Tensor], dtype: torch.dtype) -> dict[str, Tensor]:
+        """``state`` (stacked initial parameters) with the chains given to :meth:`set_initial_parameters` replaced."""
+        if self._pending_parameters is not None:
+            chains, values = self._pending_parameters
+            for name, value in values.items():
+                state[f"net.{name}"][chains] = value.to(dtype)
+            self._pending_parameters = None
+        return state
+
+    def queue_initial_latents(self, inputs: Tensor, targets: Tensor, latents: Mapping[str, Tensor],
+                              chains: Sequence[int] | None) -> None:
+        """Check ``latents`` (``(n, d)`` or ``(C, n, d)`` per name, rows following ``(inputs, targets)``)
+        and keep them, in canonical row order, for :meth:`apply_initial_latents`."""
+        index = self._chain_index(chains)
+        order = canonical_order(inputs, targets)
+        pending = {}
+        for name, value in latents.items():
+            if value.dim() not in (2, 3) or value.shape[-2] != len(inputs) or (
+                    value.dim() == 3 and value.shape[0] not in (1, len(index))):
+                raise ValueError(f"latents[{name!r}] must have shape (n, d) or (C, n, d) with n = {len(inputs)} "
+                                 f"and C = {len(index)} chains, got {tuple(value.shape)}")
+            pending[name] = value[..., order, :].to(DTYPES[self.dtype_name])
+        self._pending_latents = (index, pending)
+
+    def apply_initial_latents(self, latents: dict[str, Tensor]) -> dict[str, Tensor]:
+        """``latents`` (every chain's) with the chains given to the latents queue replaced."""
+        if self._pending_latents is not None:
+            index, pending = self._pending_latents
+            for name, value in pending.items():
+                latents[name][index] = value.to(latents[name].device).expand_as(latents[name][index])
+            self._pending_latents = None
+        return latents
+
+
+class NoisyGibbs(InformedStart, SamplerModule):
     """Gibbs sampling the intermediate-noise posterior of a :class:`NoisyMLP` or :class:`NoisyCNN`
     (Algorithm 1, §2.5; App. G for conv and pooling layers).
 
@@ -114,36 +178,7 @@ class NoisyGibbs(SamplerModule):
         state = super().initial_state(generator)
         dtype = DTYPES[self.dtype_name]
         state = {name: (torch.zeros_like(p) if self.start == "zeros" else p).to(dtype) for name, p in state.items()}
-        if self._pending_parameters is not None:
-            chains, values = self._pending_parameters
-            for name, value in values.items():
-                state[f"net.{name}"][chains] = value.to(dtype)
-            self._pending_parameters = None
-        return state
-
-    def _chain_index(self, chains: Sequence[int] | None) -> Tensor:
-        """The chain indices of ``chains`` (default: every chain), checked."""
-        if chains is None:
-            return torch.arange(self.num_chains)
-        index = list(chains)
-        if not index or len(set(index)) != len(index) or any(
-                isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < self.num_chains for c in index):
-            raise ValueError(f"chains must list distinct chain indices in [0, {self.num_chains}), got {chains!r}")
-        return torch.tensor(index)
-
-    def set_initial_parameters(self, parameters: Mapping[str, Tensor], chains: Sequence[int] | None = None) -> None:
-        """Start the given chains (default all) at ``parameters`` instead of ``init``'s weights, e.g. the
-        teacher W* for an informed chain (spec §4 step 4). ``parameters`` map the model's parameter
-        names (``layers.{l}.weight``, ``layers.{l}.bias``) to tensors of their shapes. Call it before ``fit``."""
-        if self.chains is not None:
-            raise RuntimeError("set_initial_parameters must be called before fit: the chains already exist")
-        shapes = {name: p.shape for name, p in self.model.named_parameters()}
-        if sorted(parameters) != sorted(shapes):
-            raise ValueError(f"parameters must hold exactly {sorted(shapes)}, got {sorted(parameters)}")
-        for name, value in parameters.items():
-            if value.shape != shapes[name]:
-                raise ValueError(f"parameters[{name!r}] must have shape {tuple(shapes[name])}, got {tuple(value.shape)}")
-        self._pending_parameters = (self._chain_index(chains), {n: v.detach().clone() for n, v in parameters.items()})
+        return self.apply_initial_parameters(state, dtype)
 
     def set_initial_latents(self, inputs: Tensor, targets: Tensor, latents: Mapping[str, Tensor],
                             chains: Sequence[int] | None = None) -> None:
@@ -157,16 +192,7 @@ class NoisyGibbs(SamplerModule):
         names = self.model.latent_names()
         if sorted(latents) != sorted(names):
             raise ValueError(f"latents must hold exactly {names}, got {sorted(latents)}")
-        index = self._chain_index(chains)
-        order = canonical_order(inputs, targets)
-        pending = {}
-        for name, value in latents.items():
-            if value.dim() not in (2, 3) or value.shape[-2] != len(inputs) or (
-                    value.dim() == 3 and value.shape[0] not in (1, len(index))):
-                raise ValueError(f"latents[{name!r}] must have shape (n, d) or (C, n, d) with n = {len(inputs)} "
-                                 f"and C = {len(index)} chains, got {tuple(value.shape)}")
-            pending[name] = value[..., order, :].to(DTYPES[self.dtype_name])
-        self._pending_latents = (index, pending)
+        self.queue_initial_latents(inputs, targets, latents, chains)
 
     def initial_latents(self, inputs: Tensor) -> dict[str, Tensor]:
         """Every chain's latents at the first sweep (see ``init``)."""
@@ -176,12 +202,7 @@ class NoisyGibbs(SamplerModule):
         else:
             net, _ = self.split_parameters(self.chains.snapshot())
             latents, _ = self.model.generate(net, inputs, self.generator)
-        if self._pending_latents is not None:
-            index, pending = self._pending_latents
-            for name, value in pending.items():
-                latents[name][index] = value.to(latents[name].device).expand_as(latents[name][index])
-            self._pending_latents = None
-        return latents
+        return self.apply_initial_latents(latents)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)

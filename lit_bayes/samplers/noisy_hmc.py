@@ -40,7 +40,7 @@ from lit_bayes.chains import ChainState
 from lit_bayes.models.noisy_mlp import NoisyMLP
 from lit_bayes.samplers.base import rank_seed
 from lit_bayes.samplers.hmc import HMC
-from lit_bayes.samplers.noisy_gibbs import DTYPES, canonical_order
+from lit_bayes.samplers.noisy_gibbs import DTYPES, InformedStart, canonical_order
 from lit_bayes.steppers.hmc import HMCStepper
 
 __all__ = ["IntermediateHMC", "IntermediateMALA"]
@@ -49,7 +49,7 @@ INITS = ("normal", "zeros", "prior", "template")
 _INIT_STREAM = 2  # rank_seed stream of the initial latents (0: initial weights, 1: the stepper)
 
 
-class IntermediateHMC(HMC):
+class IntermediateHMC(InformedStart, HMC):
     """HMC over the weights, biases and latents of a :class:`NoisyMLP` (the joint of eq. 4).
 
     Args:
@@ -127,34 +127,7 @@ class IntermediateHMC(HMC):
             state = {name: self.init_std * torch.randn(p.shape, generator=generator, dtype=p.dtype)
                      for name, p in state.items()}
         state = {name: p.to(dtype) for name, p in state.items()}
-        if self._pending_parameters is not None:
-            chains, values = self._pending_parameters
-            for name, value in values.items():
-                state[f"net.{name}"][chains] = value.to(dtype)
-            self._pending_parameters = None
-        return state
-
-    def _chain_index(self, chains: Sequence[int] | None) -> Tensor:
-        if chains is None:
-            return torch.arange(self.num_chains)
-        index = list(chains)
-        if not index or len(set(index)) != len(index) or any(
-                isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < self.num_chains for c in index):
-            raise ValueError(f"chains must list distinct chain indices in [0, {self.num_chains}), got {chains!r}")
-        return torch.tensor(index)
-
-    def set_initial_parameters(self, parameters: Mapping[str, Tensor], chains: Sequence[int] | None = None) -> None:
-        """Start the given chains (default all) at ``parameters`` (the model's names ``layers.{l}.weight``,
-        ``layers.{l}.bias``), e.g. the teacher W* (spec §4 step 4). Call it before ``fit``."""
-        if self.chains is not None:
-            raise RuntimeError("set_initial_parameters must be called before fit: the chains already exist")
-        shapes = {name: p.shape for name, p in self.model.named_parameters()}
-        if sorted(parameters) != sorted(shapes):
-            raise ValueError(f"parameters must hold exactly {sorted(shapes)}, got {sorted(parameters)}")
-        for name, value in parameters.items():
-            if value.shape != shapes[name]:
-                raise ValueError(f"parameters[{name!r}] must have shape {tuple(shapes[name])}, got {tuple(value.shape)}")
-        self._pending_parameters = (self._chain_index(chains), {n: v.detach().clone() for n, v in parameters.items()})
+        return self.apply_initial_parameters(state, dtype)
 
     def set_initial_latents(self, inputs: Tensor, targets: Tensor, latents: Mapping[str, Tensor],
                             chains: Sequence[int] | None = None) -> None:
@@ -167,16 +140,7 @@ class IntermediateHMC(HMC):
         given = {name: value for name, value in latents.items() if name in names}
         if sorted(given) != sorted(names) or any(name not in self.model.latent_names() for name in latents):
             raise ValueError(f"latents must hold exactly {names}, got {sorted(latents)}")
-        index = self._chain_index(chains)
-        order = canonical_order(inputs, targets)
-        pending = {}
-        for name, value in given.items():
-            if value.dim() not in (2, 3) or value.shape[-2] != len(inputs) or (
-                    value.dim() == 3 and value.shape[0] not in (1, len(index))):
-                raise ValueError(f"latents[{name!r}] must have shape (n, d) or (C, n, d) with n = {len(inputs)} "
-                                 f"and C = {len(index)} chains, got {tuple(value.shape)}")
-            pending[name] = value[..., order, :].to(DTYPES[self.dtype_name])
-        self._pending_latents = (index, pending)
+        self.queue_initial_latents(inputs, targets, given, chains)
 
     def latent_names(self) -> list[str]:
         """The sampled latents: ``z2, x2, ..., zL, xL`` (no probit scores: those are integrated out)."""
@@ -209,12 +173,7 @@ class IntermediateHMC(HMC):
             net, _ = self.split_parameters(self.chains.snapshot())
             generated, _ = self.model.generate(net, inputs, generator)
             latents = {name: generated[name] for name in self.latent_names()}
-        if self._pending_latents is not None:
-            index, pending = self._pending_latents
-            for name, value in pending.items():
-                latents[name][index] = value.to(latents[name].device).expand_as(latents[name][index])
-            self._pending_latents = None
-        return latents
+        return self.apply_initial_latents(latents)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
