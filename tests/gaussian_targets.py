@@ -1,7 +1,10 @@
 """Targets with known posteriors and ESS-derived tolerances for the statistical tests."""
 from __future__ import annotations
 
+import math
+
 import torch
+from scipy import stats
 from torch import Tensor
 
 from lit_bayes.diagnostics import ess_bulk
@@ -45,3 +48,15 @@ def assert_matches_gaussian(trace: Tensor, mean: Tensor, cov: Tensor) -> None:
     se_cov = ((torch.diagonal(cov)[:, None] * torch.diagonal(cov)[None, :] + cov**2) / ess).sqrt()
     assert (est_mean - mean).abs().le(Z * se_mean).all(), f"mean {est_mean} vs exact {mean} (se {se_mean}, ESS {ess:.0f})"
     assert (est_cov - cov).abs().le(Z * se_cov).all(), f"cov {est_cov} vs exact {cov} (se {se_cov}, ESS {ess:.0f})"
+
+
+KS_P_MIN = 1e-3  # smallest KS p-value accepted for exact draws
+
+
+def assert_gaussian_draws(draws, mean, cov):
+    """Whitened draws (S, d) must be N(0, I): per-coordinate KS and a 4.5-sigma covariance check."""
+    white = torch.linalg.solve_triangular(torch.linalg.cholesky(cov), (draws - mean).T, upper=False).T
+    for j in range(white.shape[1]):
+        assert stats.kstest(white[:, j].numpy(), stats.norm.cdf).pvalue > KS_P_MIN
+    emp = white.T @ white / len(white)
+    assert (emp - torch.eye(len(cov), dtype=emp.dtype)).abs().max() < 4.5 * math.sqrt(2 / len(white))

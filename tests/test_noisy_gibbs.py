@@ -18,7 +18,7 @@ from lit_bayes.data.teacher_student import TeacherStudent
 from lit_bayes.models.noisy_mlp import MultinomialProbit, NoisyMLP
 from lit_bayes.samplers.noisy_gibbs import NoisyGibbs, canonical_order
 from lit_bayes.steppers.noisy_gibbs import LinearGaussianConditional, NoisyGibbsStepper, sample_bias
-from tests.gaussian_targets import assert_matches_gaussian, conjugate_linear_regression
+from tests.gaussian_targets import assert_gaussian_draws, assert_matches_gaussian, conjugate_linear_regression
 
 DRAWS = 20_000
 P_MIN = 1e-3
@@ -26,15 +26,6 @@ P_MIN = 1e-3
 
 def gen(seed=0):
     return torch.Generator().manual_seed(seed)
-
-
-def assert_gaussian_draws(draws, mean, cov):
-    """Whitened draws (S, d) must be N(0, I): per-coordinate KS and a 4.5-sigma covariance check."""
-    white = torch.linalg.solve_triangular(torch.linalg.cholesky(cov), (draws - mean).T, upper=False).T
-    for j in range(white.shape[1]):
-        assert stats.kstest(white[:, j].numpy(), stats.norm.cdf).pvalue > P_MIN
-    emp = white.T @ white / len(white)
-    assert (emp - torch.eye(len(cov), dtype=emp.dtype)).abs().max() < 4.5 * math.sqrt(2 / len(white))
 
 
 @pytest.mark.parametrize("cached", [False, True])

@@ -26,6 +26,7 @@ from lit_bayes.steppers.noisy_gibbs_conv import (
     pooled_input_mean,
     sample_pooled_input,
 )
+from tests.gaussian_targets import assert_gaussian_draws
 
 DRAWS = 20_000
 P_MIN = 1e-3
@@ -34,15 +35,6 @@ F64 = torch.float64
 
 def gen(seed=0):
     return torch.Generator().manual_seed(seed)
-
-
-def assert_gaussian_draws(draws, mean, cov):
-    """Whitened draws (S, d) must be N(0, I): per-coordinate KS and a 4.5-sigma covariance check."""
-    white = torch.linalg.solve_triangular(torch.linalg.cholesky(cov), (draws - mean).T, upper=False).T
-    for j in range(white.shape[1]):
-        assert stats.kstest(white[:, j].numpy(), stats.norm.cdf).pvalue > P_MIN
-    emp = white.T @ white / len(white)
-    assert (emp - torch.eye(len(cov), dtype=emp.dtype)).abs().max() < 4.5 * math.sqrt(2 / len(white))
 
 
 def conv_weight_design(x, kernel, stride):
