@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import netrc
 import os
-from typing import Literal
+from typing import Literal, Optional
 
+import torch
+from jsonargparse.typing import PositiveInt
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
@@ -61,6 +63,11 @@ class LitBayesCLI(LightningCLI):
             help="test after fit with the state at the end of fit, or with the checkpoint callback's best "
                  "(model selection, e.g. checkpoint.monitor=val/nlpd)",
         )
+        parser.add_argument(
+            "--threads", type=Optional[PositiveInt], default=None,
+            help="torch intra-op CPU threads (default: torch's). 1 for small networks on a shared machine: "
+                 "several threads on the tiny products of a small net can be far slower than one",
+        )
         parser.add_lightning_class_args(PosteriorSamples, "samples")
         parser.add_lightning_class_args(PredictiveMarginal, "predictive")
         parser.add_lightning_class_args(UncertaintyMetrics, "metrics")
@@ -71,8 +78,10 @@ class LitBayesCLI(LightningCLI):
         parser.set_defaults({"checkpoint.save_last": True, "checkpoint.save_on_train_epoch_end": True})
 
     def before_instantiate_classes(self) -> None:
-        """Checkpoints hold tensors and plain values only: load them with ``weights_only``."""
+        """Set the CPU threads; checkpoints hold tensors and plain values only: load them with ``weights_only``."""
         config = self.config.get(self.subcommand) if self.subcommand else self.config
+        if config is not None and config.get("threads") is not None:
+            torch.set_num_threads(config.threads)
         if config is not None and "weights_only" in config and config.weights_only is None:
             config.weights_only = True
 

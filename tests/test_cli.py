@@ -41,6 +41,21 @@ def test_classification_run_writes_metrics_and_plots(tmp_path):
     assert (directory / "reliability_diagram.png").stat().st_size > 0
 
 
+def test_threads_option_sets_torch_threads_and_rejects_zero(tmp_path):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # the test session runs on 1: start from another value
+        main(["fit", "-c", str(RECIPES / "xor_sgld.yaml"), "--trainer.default_root_dir", str(tmp_path),
+              "--wandb", "false", "--threads", "1", *TINY])
+        assert torch.get_num_threads() == 1
+        with pytest.raises(SystemExit):
+            main(["fit", "-c", str(RECIPES / "xor_sgld.yaml"), "--wandb", "false", "--threads", "0", *TINY])
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_wandb_offline_run_holds_the_logged_metrics(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
