@@ -212,8 +212,9 @@ class ThermalizationCheck(Callback):
                                             self._block_rhat(block[self.informed_chains:])], dtype=torch.float64))
             self._block = []
             logged[f"{PREFIX}rhat"] = float(self._rhat[-1][1])
-        for logger in trainer.loggers:
+        for logger in trainer.loggers:  # saved at once, as Lightning does: a long run's CSV fills as it goes
             logger.log_metrics(logged, step=trainer.global_step)
+            logger.save()
 
     @staticmethod
     def _block_rhat(block: Tensor) -> float:

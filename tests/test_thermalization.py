@@ -139,3 +139,29 @@ def test_per_chain_initial_state_arguments():
     assert (state["net.layers.0.weight"][1] == 1).all() and (state["net.layers.0.weight"][0] == 0).all()
     with pytest.raises(RuntimeError, match="set_initial_parameters must be called before fit"):
         sampler.set_initial_parameters(params)
+
+
+def test_records_reach_the_csv_file_during_the_run(tmp_path):
+    """Records are logged at steps 0, every_n_steps, ...; the CSV logger flushes only on steps
+    s with (s + 1) % 100 == 0 unless saved, so without the save a long run's metrics.csv stays
+    empty until the end."""
+    from lightning.pytorch.callbacks import Callback
+    from lightning.pytorch.loggers import CSVLogger
+
+    rows = []
+
+    class ReadCSV(Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            if trainer.current_epoch == 40:
+                path = tmp_path / "version_0" / "metrics.csv"
+                rows.extend(path.read_text().splitlines()[1:] if path.exists() else [])
+
+    torch.set_num_threads(1)
+    data = TeacherStudent(widths=WIDTHS, activation="relu", delta_z=0.1, delta_x=0.1, num_train=30, num_test=20)
+    sampler = NoisyGibbs(NoisyMLP(WIDTHS, "relu", 0.1, 0.1), num_chains=2, init="zeros")
+    trainer = L.Trainer(logger=CSVLogger(tmp_path, name=""), enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, max_epochs=50, limit_val_batches=0, log_every_n_steps=1000,
+                        callbacks=[ThermalizationCheck(every_n_steps=10, window=2, rhat_block=4, rhat_points=4),
+                                   ReadCSV()])
+    trainer.fit(sampler, datamodule=data)
+    assert len(rows) >= 4  # the records of steps 0, 10, 20, 30 (and 40)
