@@ -9,6 +9,7 @@ from torch import nn
 from lit_bayes import OHSMC, SGSMC, Bernoulli, Gaussian
 from lit_bayes.data import LinearRegression
 from lit_bayes.models import MLP, PartialBNN, PartialMLP
+from lit_bayes.optimizers import make_optimizer
 
 
 class LinearOffset(nn.Module):
@@ -197,3 +198,24 @@ def test_psi_can_be_trained_by_any_torch_optimizer():
     before = [p.detach().clone() for p in sampler.model.deterministic_parameters()]
     sampler.transition(torch.randn(5, 2), torch.randint(0, 2, (5,)), optimizer)
     assert any(not torch.equal(a, p) for a, p in zip(before, sampler.model.deterministic_parameters()))
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd"])
+def test_fused_optimizer_is_the_default_and_steps_like_the_plain_one(name):
+    torch.manual_seed(0)
+    values = [torch.randn(4, 3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)]
+    grads = [torch.randn_like(v) for v in values]
+    updated = {}
+    for options in (None, {"foreach": False}):
+        params = [torch.nn.Parameter(v.clone()) for v in values]
+        optimizer = make_optimizer(name, params, 0.1, options)
+        assert optimizer.defaults["fused"] is (True if options is None else None)
+        for _ in range(3):
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            optimizer.step()
+        updated[options is None] = params
+    for fused, plain in zip(updated[True], updated[False]):
+        torch.testing.assert_close(fused, plain, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        make_optimizer("lbfgs", values, 0.1)

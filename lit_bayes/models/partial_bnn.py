@@ -56,7 +56,10 @@ class PartialBNN(nn.Module):
         self.stochastic_names = [n for n in names if n in set(phi)]
         self.deterministic_names = [n for n in names if n not in set(phi)]
         self.fixed_parameter_names: list[str] = []
-        self._split = self._sequential_split()
+        # (trunk, stochastic layer, layers above) of an nn.Sequential split, sliced once: a plain
+        # tuple, so the shared sub-modules are not registered twice
+        k = self._sequential_split()
+        self._parts = None if k is None else (net[:k], net[k], net[k + 1 :])
 
     def fix_deterministic(self) -> PartialBNN:
         """Hold psi fixed at its current values for the generic samplers: a
@@ -97,22 +100,24 @@ class PartialBNN(nn.Module):
         """Outputs ``(J, B, ...)`` for J particles ``phi`` (named as in ``net``, leading J)
         and the module's current psi; differentiable in psi."""
         self._check_phi(phi)
-        if self._split is None:
+        if self._parts is None:
             return vmap(lambda p: functional_call(self.net, dict(p), (x,)), in_dims=(0,))(dict(phi))
-        k = self._split
-        h = self.net[:k](x)  # trunk: once per batch
-        layer = self.net[k]
+        trunk, layer, above = self._parts
+        h = trunk(x)  # once per batch
         local = {n.split(".", 1)[1]: p for n, p in phi.items()}
         num = next(iter(local.values())).shape[0]
-        if isinstance(layer, nn.Linear) and set(local) <= {"weight", "bias"}:
+        if isinstance(layer, nn.Linear) and set(local) <= {"weight", "bias"} and h.dim() == 2:
+            # one (B, in) x (in, J * out) product, rows kept point-major: (B, J, out) flattens
+            # to the rows of the layers above without a copy
             weight = local.get("weight", layer.weight.expand(num, *layer.weight.shape))
-            out = torch.matmul(h, weight.transpose(1, 2))  # (J, B, out)
+            out = (h @ weight.reshape(-1, weight.shape[-1]).T).reshape(h.shape[0], num, -1)
             bias = local.get("bias", None if layer.bias is None else layer.bias.expand(num, -1))
             if bias is not None:
-                out = out + bias.unsqueeze(1)
-        else:
-            out = vmap(lambda p: functional_call(layer, dict(p), (h,)), in_dims=(0,))(local)
-        top = self.net[k + 1 :](out.flatten(0, 1))  # every row at once
+                out = out + bias
+            top = above(out.flatten(0, 1))
+            return top.reshape(h.shape[0], num, *top.shape[1:]).transpose(0, 1)
+        out = vmap(lambda p: functional_call(layer, dict(p), (h,)), in_dims=(0,))(local)
+        top = above(out.flatten(0, 1))  # every row at once
         return top.reshape(num, out.shape[1], *top.shape[1:])
 
     def particle_forward_loop(self, phi: Mapping[str, Tensor], x: Tensor) -> Tensor:

@@ -208,6 +208,8 @@ class SamplerModule(L.LightningModule):
     def log_likelihood(self, params: dict[str, Tensor], output: Tensor, y: Tensor) -> Tensor:
         """Per-point log-likelihoods ``(S, B)`` of outputs ``(S, B, ...)``."""
         _, lik = self.split_parameters(params)
+        if not lik:  # nothing to substitute: a plain call, without functional_call's overhead
+            return self.likelihood(output, y)
         return torch.func.functional_call(self.likelihood, lik, (output, y))
 
     def energy(self, params: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from lit_bayes.models.partial_bnn import PartialBNN
+from lit_bayes.optimizers import OPTIMIZERS, make_optimizer
 from lit_bayes.posterior import GaussianPrior, Likelihood
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.steppers.kernels import make_kernel
@@ -28,12 +29,6 @@ from lit_bayes.steppers.smc import ParticleStepper, Reweighted
 from lit_bayes.validation import check_int
 
 __all__ = ["OHSMC", "SGSMC"]
-
-# every torch optimiser that steps without a closure, by lower-case class name ("adam", "sgd", "adamw", ...)
-OPTIMIZERS = {
-    name.lower(): cls for name, cls in vars(torch.optim).items()
-    if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and name not in ("Optimizer", "LBFGS")
-}
 
 
 class FeynmanKacSampler(SamplerModule):
@@ -151,7 +146,7 @@ class FeynmanKacSampler(SamplerModule):
 
     def configure_optimizers(self):
         self.make_generator()
-        return OPTIMIZERS[self.optimizer_name](self.model.deterministic_parameters(), lr=self.lr, **self.optimizer_options)
+        return make_optimizer(self.optimizer_name, self.model.deterministic_parameters(), self.lr, self.optimizer_options)
 
     # -------------------------------------------------------------- pieces
     def outputs(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
@@ -200,7 +195,7 @@ class FeynmanKacSampler(SamplerModule):
         """One optimiser step on ``-(N / M) sum_j w_j log p(y_S | phi^j; psi)`` (Eqs. 5-6),
         ``M = batch_size``."""
         scale = self.posterior.likelihood_scale(batch_size)
-        loss = -scale * (gradient_weights.detach() * batch_log_lik).sum()
+        loss = torch.dot(batch_log_lik, gradient_weights.detach().to(batch_log_lik.dtype)) * -scale
         optimizer.zero_grad()
         if self._trainer is not None:
             self.manual_backward(loss)

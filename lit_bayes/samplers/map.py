@@ -6,12 +6,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from lit_bayes.optimizers import make_optimizer
 from lit_bayes.posterior import GaussianPrior, Likelihood
 from lit_bayes.samplers.base import SamplerModule
 
 __all__ = ["MAP"]
-
-OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 
 
 class MAP(SamplerModule):
@@ -44,8 +43,8 @@ class MAP(SamplerModule):
             model, likelihood, prior, num_data, temperature, minibatch_scaling,
             num_chains, 0, 1, seed, init, vectorize,
         )
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+        if optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be one of ['adam', 'sgd'], got {optimizer!r}")
         if not isinstance(lr, (int, float)) or not lr > 0:
             raise ValueError(f"lr must be a positive number, got {lr!r}")
         self.optimizer_name = optimizer
@@ -54,7 +53,7 @@ class MAP(SamplerModule):
 
     def configure_optimizers(self):
         self.make_generator()
-        return OPTIMIZERS[self.optimizer_name](self.chains.parameters(), lr=self.lr, **self.optimizer_options)
+        return make_optimizer(self.optimizer_name, self.chains.parameters(), self.lr, self.optimizer_options)
 
     def is_sample_step(self) -> bool:
         return False

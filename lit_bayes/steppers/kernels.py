@@ -37,7 +37,7 @@ class RandomWalk:
         self.std = _check_positive("variance", variance) ** 0.5
 
     def move(self, particles: Particles, generator: torch.Generator, log_target=None) -> dict[str, Tensor]:
-        return {n: p + self.std * _noise(p, generator) for n, p in particles.items()}
+        return {n: torch.add(p, _noise(p, generator), alpha=self.std) for n, p in particles.items()}
 
 
 class OrnsteinUhlenbeck:

@@ -20,7 +20,7 @@ def effective_sample_size(log_weights: Tensor) -> Tensor:
 
 def _inverse_cdf(log_weights: Tensor, uniforms: Tensor) -> Tensor:
     """Indices ``i`` with ``cumsum(w)[i-1] <= u < cumsum(w)[i]`` for sorted ``u`` in [0, 1)."""
-    cdf = torch.cumsum(torch.softmax(log_weights.double(), dim=-1), dim=-1)
+    cdf = torch.softmax(log_weights, dim=-1, dtype=torch.float64).cumsum_(dim=-1)
     index = torch.searchsorted(cdf, uniforms.double(), right=True)
     return index.clamp_(max=log_weights.shape[-1] - 1)
 
@@ -36,7 +36,7 @@ def _stratified(log_weights: Tensor, generator: torch.Generator) -> Tensor:
     """One uniform in each stratum [(j)/J, (j+1)/J): u_j = (j + U_j) / J (the paper's choice)."""
     num = log_weights.shape[-1]
     offsets = torch.rand(num, generator=generator, device=log_weights.device, dtype=torch.float64)
-    return _inverse_cdf(log_weights, (torch.arange(num, device=log_weights.device) + offsets) / num)
+    return _inverse_cdf(log_weights, offsets.add_(torch.arange(num, device=log_weights.device)).div_(num))
 
 
 def _systematic(log_weights: Tensor, generator: torch.Generator) -> Tensor:

@@ -61,8 +61,8 @@ class ParticleStepper:
 
         A NaN potential (a particle whose likelihood cannot be evaluated) gets weight zero.
         """
-        log_potential = log_potential.detach().to(log_weights.dtype)
-        log_potential = torch.where(torch.isnan(log_potential), -math.inf, log_potential)
+        log_potential = torch.nan_to_num(log_potential.detach().to(log_weights.dtype), nan=-math.inf,
+                                         posinf=math.inf, neginf=-math.inf)
         unnormalised = log_weights + log_potential
         log_increment = torch.logsumexp(unnormalised, dim=0)
         if not torch.isfinite(log_increment):
@@ -75,7 +75,7 @@ class ParticleStepper:
         num = log_weights.shape[0]
         if self.ess_threshold >= 1.0 or ess <= self.ess_threshold * num:
             ancestors = resample(normalised, self.resampling, generator)
-            counts = torch.bincount(ancestors, minlength=num).to(log_weights.dtype)
+            shares = torch.bincount(ancestors, minlength=num).to(log_weights.dtype).div_(num)
             uniform = torch.full_like(log_weights, -math.log(num))
-            return Reweighted(uniform, ancestors, counts / num, log_increment, ess)
+            return Reweighted(uniform, ancestors, shares, log_increment, ess)
         return Reweighted(normalised, None, normalised.exp(), log_increment, ess)
