@@ -67,7 +67,7 @@ def seconds_per_sweep(split: str, num_chains: int, incremental: bool, sweeps: in
         stepper.step(lambda: sampler.block_target(x, y))
         times.append(time.perf_counter() - start)
     accepted, proposed = stepper.acceptance()
-    return statistics.median(times), sampler.partition.num_blocks, float(accepted.mean()) / proposed
+    return statistics.median(times), sampler.partition.num_blocks, float(accepted.double().mean()) / proposed
 
 
 def main() -> None:

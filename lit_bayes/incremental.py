@@ -334,15 +334,17 @@ class IncrementalTarget(BlockTarget):
         if plan.bias_pos is not None:
             dg = dg + delta[:, plan.bias_pos, None]
         column = self.pre[j][:, k] + dg  # (C, B): the only pre-activations of layer j that change
-        g = self.pre[j].clone()
-        g[:, k] = column
         if j == len(self.stack.layers) - 1:
-            self._cache = (j, (k, column, None), [g], [])
+            g = self.pre[j].clone()
+            g[:, k] = column
+            self._cache = (j, (k, column, None), [], [])
             return self._output_likelihood(g)
         h_column = self.stack.activations[j](column)
-        h = self.post[j].clone()
-        h[:, k] = h_column
-        pres, posts = self._upward(self.state, j, g, h)
+        # layer j + 1 by a rank-one update: g_{j+1} + w_{j+1}[:, k] (h_jk' - h_jk) (Eq. 3.2)
+        above = self.stack.layers[j + 1]
+        w_column = self.state[:, above.weight].view(-1, above.out_features, above.in_features)[:, :, k:k + 1]
+        g_above = torch.baddbmm(self.pre[j + 1], w_column, (h_column - self.post[j][:, k]).unsqueeze(1))
+        pres, posts = self._upward(self.state, j + 1, g_above, None)
         self._cache = (j, (k, column, h_column), pres, posts)
         return self._output_likelihood(pres[-1])
 
@@ -353,10 +355,22 @@ class IncrementalTarget(BlockTarget):
             self.pre[j][:, k] = torch.where(accept[:, None], column, self.pre[j][:, k])
             if h_column is not None:
                 self.post[j][:, k] = torch.where(accept[:, None], h_column, self.post[j][:, k])
-            pres, posts, j = pres[1:], posts[1:], j + 1
-        keep = accept[:, None, None]
+            j += 1  # pres and posts start at the layer above
+        rejected = (~accept).nonzero().squeeze(1) if accept.device.type == "cpu" else None
         for l, g in enumerate(pres, start=j):
-            self.pre[l] = torch.where(keep, g, self.pre[l])
+            self.pre[l] = keep_accepted(g, self.pre[l], accept, rejected)
         for l, h in enumerate(posts, start=j):
-            self.post[l] = torch.where(keep, h, self.post[l])
+            self.post[l] = keep_accepted(h, self.post[l], accept, rejected)
         self._cache = None
+
+
+def keep_accepted(new: Tensor, old: Tensor, accept: Tensor, rejected: Tensor | None) -> Tensor:
+    """``where(accept, new, old)`` over the leading (chain) dimension, written into ``new``.
+
+    With ``rejected`` (the indices of ``~accept``, on CPU) only the rejected chains' rows are
+    copied: a full ``where`` pass over every cached layer was the bulk of a block's cost there.
+    Without it (CUDA), one ``where``, which needs no host synchronisation.
+    """
+    if rejected is None:
+        return torch.where(accept.view(-1, *([1] * (new.dim() - 1))), new, old)
+    return new.index_copy_(0, rejected, old.index_select(0, rejected))

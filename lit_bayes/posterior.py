@@ -103,9 +103,11 @@ class Categorical(Likelihood):
 
     def forward(self, output: Tensor, target: Tensor) -> Tensor:
         self.check_shapes(output, target)
-        log_p = self.class_log_probs(output)
-        index = target.long().expand(log_p.shape[:-1]).unsqueeze(-1)
-        return log_p.gather(-1, index).squeeze(-1)
+        if output.shape[-1] != self.num_classes:
+            raise ValueError(f"output has {output.shape[-1]} logits, Categorical expects num_classes={self.num_classes}")
+        index = target.long().expand(output.shape[:-1]).unsqueeze(-1)
+        # the target's logit minus logsumexp: the class_log_probs entry, without all of them
+        return output.gather(-1, index).squeeze(-1) - output.logsumexp(-1)
 
 
 class Bernoulli(Likelihood):

@@ -13,7 +13,7 @@ from lit_bayes import Bernoulli, Categorical, Gaussian, GaussianPrior
 from lit_bayes.blocks import modulo_partition
 from lit_bayes.callbacks import AcceptanceMonitor, PosteriorSamples
 from lit_bayes.data import LinearRegression, NoisyXOR
-from lit_bayes.incremental import BlockPlan, BlockTarget, FullForwardTarget
+from lit_bayes.incremental import BlockPlan, BlockTarget, FullForwardTarget, keep_accepted
 from lit_bayes.models import MLP
 from lit_bayes.samplers.block_gibbs import BlockGibbs
 from lit_bayes.steppers.block_metropolis import BlockMetropolis
@@ -341,3 +341,14 @@ def test_mnist_fnbg_recipe_runs_end_to_end_on_tiny_idx_files(tmp_path):
     layers = {k for k in metrics if k.startswith("accept/layer_")}
     assert layers == {f"accept/layer_net.layers.{j}" for j in range(4)}, sorted(metrics)
     assert all(0.0 <= metrics[k] <= 1.0 for k in layers)
+
+
+def test_keep_accepted_index_and_where_paths_equal_where():
+    """The commit's two ways of keeping accepted chains (rows of rejected chains copied on CPU,
+    one ``where`` on CUDA) both equal ``torch.where`` over the chain dimension."""
+    gen = torch.Generator().manual_seed(0)
+    old, new = torch.randn(6, 3, 4, generator=gen), torch.randn(6, 3, 4, generator=gen)
+    accept = torch.tensor([True, False, True, True, False, False])
+    expected = torch.where(accept[:, None, None], new, old)
+    assert torch.equal(keep_accepted(new.clone(), old, accept, None), expected)
+    assert torch.equal(keep_accepted(new.clone(), old, accept, (~accept).nonzero().squeeze(1)), expected)
