@@ -19,10 +19,11 @@ Energies are sums in float64 (spec §8 item 16).
 - :class:`IncrementalTarget`: for MLPs of ``nn.Linear`` layers it keeps every layer's
   pre-activations g_j and activations h_j = phi(g_j) of the current state (Eqs. 3.1-3.2).
   A block inside one node k of layer j changes only that node's pre-activation column,
-  g_jk <- g_jk + h_{j-1}[:, S] dw_S + db_k, so that column, h_jk and the layers above are
-  recomputed; any other block (a whole layer) recomputes from its lowest layer up. The
-  caches are rebuilt at every ``reset`` (every sweep, on its new batch), so rounding never
-  accumulates beyond one sweep.
+  g_jk <- g_jk + h_{j-1}[:, S] dw_S + db_k, so that column and h_jk are recomputed, layer
+  j + 1 takes the rank-one update g_{j+1} <- g_{j+1} + w_{j+1}[:, k] (h_jk' - h_jk) and the
+  layers above it are recomputed; any other block (a whole layer) recomputes from its lowest
+  layer up. The caches are rebuilt at every ``reset`` (every sweep, on its new batch), so
+  rounding never accumulates beyond one sweep.
 """
 from __future__ import annotations
 
