@@ -95,16 +95,18 @@ class Categorical(Likelihood):
                 f"allowed range is [0, {self.num_classes - 1}]"
             )
 
-    def class_log_probs(self, output: Tensor) -> Tensor:
-        """Log-probabilities of every class, shape ``(..., B, num_classes)``."""
+    def _check_logits(self, output: Tensor) -> None:
         if output.shape[-1] != self.num_classes:
             raise ValueError(f"output has {output.shape[-1]} logits, Categorical expects num_classes={self.num_classes}")
+
+    def class_log_probs(self, output: Tensor) -> Tensor:
+        """Log-probabilities of every class, shape ``(..., B, num_classes)``."""
+        self._check_logits(output)
         return output - output.logsumexp(-1, keepdim=True)  # = log_softmax, several times faster on CPU
 
     def forward(self, output: Tensor, target: Tensor) -> Tensor:
         self.check_shapes(output, target)
-        if output.shape[-1] != self.num_classes:
-            raise ValueError(f"output has {output.shape[-1]} logits, Categorical expects num_classes={self.num_classes}")
+        self._check_logits(output)
         index = target.long().expand(output.shape[:-1]).unsqueeze(-1)
         # the target's logit minus logsumexp: the class_log_probs entry, without all of them
         return output.gather(-1, index).squeeze(-1) - output.logsumexp(-1)
