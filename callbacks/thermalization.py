@@ -95,7 +95,7 @@ class ThermalizationCheck(Callback):
     ``thermalization/``: ``informed_test_mse`` (phi-bar), ``uninformed_test_mse`` (mean over the
     uninformed chains of their last smoothed value), ``band_low`` and ``band_high`` (the estimated
     S_phi(delta)), ``merged`` (1 or 0), ``merged_fraction``, ``merge_step``
-    (NaN when not merged), ``rhat``, ``rhat_step``, ``rhat_uninformed``, ``rhat_uninformed_step``,
+    (NaN when not merged; ``merge_step/chain_{c}`` per uninformed chain), ``rhat``, ``rhat_step``, ``rhat_uninformed``, ``rhat_uninformed_step``,
     ``score_step`` (NaN when not reached) and ``records``. During fit it logs
     ``thermalization/test_mse/chain_{c}`` and ``thermalization/score/chain_{c}`` at every record and
     ``thermalization/rhat`` at every block. All traces are checkpointed (:meth:`state_dict`), so a
@@ -273,6 +273,8 @@ class ThermalizationCheck(Callback):
             "merge_step": float(max(int(steps[m]) for m in merges)) if merged else math.nan,
             "records": float(len(steps)),
         }
+        for chain, merge in enumerate(merges, start=self.informed_chains):
+            metrics[f"merge_step/chain_{chain}"] = float(steps[merge]) if merge is not None else math.nan
         for name, column in (("rhat", 1), ("rhat_uninformed", 2)):
             values = rhat[:, column]
             found = settled_index(values < self.rhat_threshold, self.delta)  # NaN compares False

@@ -45,6 +45,8 @@ def test_merge_is_detected_when_every_chain_thermalizes(tmp_path):
     metrics = json.loads((tmp_path / "summary.json").read_text())["metrics"]
     assert metrics["thermalization/merged"] == 1.0 and metrics["thermalization/merged_fraction"] == 1.0
     assert 0 <= metrics["thermalization/merge_step"] <= 150
+    per_chain = [metrics[f"thermalization/merge_step/chain_{c}"] for c in (1, 2)]
+    assert max(per_chain) == metrics["thermalization/merge_step"] and "thermalization/merge_step/chain_0" not in metrics
     assert metrics["thermalization/band_low"] < metrics["thermalization/informed_test_mse"] \
         < metrics["thermalization/band_high"]
     assert metrics["thermalization/score_step"] <= 150
@@ -59,6 +61,7 @@ def test_not_merged_when_the_uninformed_chains_are_stuck(tmp_path):
     metrics = check.summary_metrics()
     assert metrics["thermalization/merged"] == 0.0 and metrics["thermalization/merged_fraction"] == 0.0
     assert math.isnan(metrics["thermalization/merge_step"])
+    assert all(math.isnan(metrics[f"thermalization/merge_step/chain_{c}"]) for c in (1, 2))
     assert metrics["thermalization/uninformed_test_mse"] > 10 * metrics["thermalization/band_high"]
 
 

@@ -26,12 +26,12 @@ from lit_bayes.cli import main as lit_bayes
 
 HERE = Path(__file__).resolve().parent
 PAPER = {
-    "zeros": {"informed_test_mse": 1.5e-4, "uninformed_test_mse": 1.6e-4, "merge_step": 1e5, "rhat_step": 6e4,
-              "score_step": 20},
-    "prior": {"informed_test_mse": 1.5e-4, "uninformed_test_mse": 1.1e-3, "merge_step": None, "rhat_step": "~1 (false)",
-              "score_step": None},
+    "zeros": {"informed_test_mse": 1.5e-4, "uninformed_test_mse": 1.6e-4, "merged_fraction": 1.0, "merge_step": 1e5,
+              "rhat_step": 6e4, "score_step": 20},
+    "prior": {"informed_test_mse": 1.5e-4, "uninformed_test_mse": 1.1e-3, "merged_fraction": 0.0, "merge_step": None,
+              "rhat_step": "~1 (false)", "score_step": None},
 }
-COLUMNS = ("informed_test_mse", "uninformed_test_mse", "merge_step", "rhat_step", "score_step")
+COLUMNS = ("informed_test_mse", "uninformed_test_mse", "merged_fraction", "merge_step", "rhat_step", "score_step")
 
 
 def config(args: argparse.Namespace, init: str) -> dict:
