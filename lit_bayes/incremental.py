@@ -290,10 +290,15 @@ class IncrementalTarget(BlockTarget):
         self.post: list[Tensor] = []  # h_j = phi(g_j) of every hidden layer, (C, out_j, B)
         self._cache: tuple | None = None  # the pending proposal's layers
 
+    def _weight(self, state: Tensor, j: int) -> Tensor:
+        """w_j of every chain, ``(C, out_j, in_j)`` (a view of ``state``)."""
+        layer = self.stack.layers[j]
+        return state[:, layer.weight].view(-1, layer.out_features, layer.in_features)
+
     def _linear(self, state: Tensor, j: int, h: Tensor | None) -> Tensor:
         """g_j = w_j h_{j-1} + b_j for every chain, ``(C, out_j, B)``; ``h`` None is the shared input."""
         layer = self.stack.layers[j]
-        weight = state[:, layer.weight].view(-1, layer.out_features, layer.in_features)
+        weight = self._weight(state, j)
         bias = state[:, layer.bias, None] if layer.bias is not None else None
         if h is None:  # one GEMM for all chains, without copying x per chain
             g = (weight.reshape(-1, layer.in_features) @ self.xt).view(weight.shape[0], layer.out_features, -1)
@@ -342,8 +347,7 @@ class IncrementalTarget(BlockTarget):
             return self._output_likelihood(g)
         h_column = self.stack.activations[j](column)
         # layer j + 1 by a rank-one update: g_{j+1} + w_{j+1}[:, k] (h_jk' - h_jk) (Eq. 3.2)
-        above = self.stack.layers[j + 1]
-        w_column = self.state[:, above.weight].view(-1, above.out_features, above.in_features)[:, :, k:k + 1]
+        w_column = self._weight(self.state, j + 1)[:, :, k:k + 1]
         g_above = torch.baddbmm(self.pre[j + 1], w_column, (h_column - self.post[j][:, k]).unsqueeze(1))
         pres, posts = self._upward(self.state, j + 1, g_above, None)
         self._cache = (j, (k, column, h_column), pres, posts)
