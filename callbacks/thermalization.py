@@ -94,11 +94,11 @@ class ThermalizationCheck(Callback):
     :meth:`summary_metrics` (written into ``summary.json`` by :class:`RunSummary`) returns, under
     ``thermalization/``: ``informed_test_mse`` (phi-bar), ``uninformed_test_mse`` (mean over the
     uninformed chains of their last smoothed value), ``band_low`` and ``band_high`` (the estimated
-    S_phi(delta)), ``merged`` (1 or 0), ``merged_fraction``, ``merge_step``
-    (NaN when not merged; ``merge_step/chain_{c}`` per uninformed chain), ``rhat``, ``rhat_step``, ``rhat_uninformed``, ``rhat_uninformed_step``,
-    ``score_step`` (NaN when not reached) and ``records``. During fit it logs
-    ``thermalization/test_mse/chain_{c}`` and ``thermalization/score/chain_{c}`` at every record and
-    ``thermalization/rhat`` at every block. All traces are checkpointed (:meth:`state_dict`), so a
+    S_phi(delta)), ``merged`` (1 or 0), ``merged_fraction``, ``merge_step`` (NaN when not
+    merged; ``merge_step/chain_{c}`` per uninformed chain), ``rhat``, ``rhat_step``,
+    ``rhat_uninformed``, ``rhat_uninformed_step``, ``score_step`` (NaN when not reached) and
+    ``records``. During fit it logs ``thermalization/test_mse/chain_{c}`` and
+    ``thermalization/score/chain_{c}`` at every record and ``thermalization/rhat`` at every block. All traces are checkpointed (:meth:`state_dict`), so a
     resumed run continues them. Single-process runs only (every chain in one process).
 
     Args:
