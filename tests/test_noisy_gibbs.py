@@ -18,10 +18,9 @@ from lit_bayes.data.teacher_student import TeacherStudent
 from lit_bayes.models.noisy_mlp import MultinomialProbit, NoisyMLP
 from lit_bayes.samplers.noisy_gibbs import NoisyGibbs, canonical_order
 from lit_bayes.steppers.noisy_gibbs import LinearGaussianConditional, NoisyGibbsStepper, sample_bias
-from tests.gaussian_targets import assert_gaussian_draws, assert_matches_gaussian, conjugate_linear_regression
+from tests.gaussian_targets import KS_P_MIN, assert_gaussian_draws, assert_matches_gaussian, conjugate_linear_regression
 
 DRAWS = 20_000
-P_MIN = 1e-3
 
 
 def gen(seed=0):
@@ -65,7 +64,7 @@ def test_bias_conditional_matches_eqs_52_55():
     denominator = 7 + delta * lam
     for a in range(2):
         law = stats.norm(float(residual[0, :, a].sum()) / denominator, math.sqrt(delta / denominator))
-        assert stats.kstest(draws[:, a].numpy(), law.cdf).pvalue > P_MIN
+        assert stats.kstest(draws[:, a].numpy(), law.cdf).pvalue > KS_P_MIN
 
 
 JOINT_CASES = [(a, o, True) for a in ("relu", "sign", "abs", "linear") for o in ("regression", "probit")]

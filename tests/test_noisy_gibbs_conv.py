@@ -26,10 +26,9 @@ from lit_bayes.steppers.noisy_gibbs_conv import (
     pooled_input_mean,
     sample_pooled_input,
 )
-from tests.gaussian_targets import assert_gaussian_draws
+from tests.gaussian_targets import KS_P_MIN, assert_gaussian_draws
 
 DRAWS = 20_000
-P_MIN = 1e-3
 F64 = torch.float64
 
 
@@ -88,7 +87,7 @@ def test_conv_bias_conditional_matches_eqs_100_103():
     denominator = 4 * 9 + delta * lam
     for a in range(2):
         law = stats.norm(float(residual[0, :, a].sum()) / denominator, math.sqrt(delta / denominator))
-        assert stats.kstest(draws[:, a].numpy(), law.cdf).pvalue > P_MIN
+        assert stats.kstest(draws[:, a].numpy(), law.cdf).pvalue > KS_P_MIN
 
 
 def test_conv_input_conditional_equals_the_unrolled_linear_system():

@@ -15,9 +15,9 @@ from lit_bayes.steppers.truncated_gaussian import (
     truncated_normal,
     two_piece_mixture,
 )
+from tests.gaussian_targets import KS_P_MIN
 
 DRAWS = 20_000
-P_MIN = 1e-3  # fixed seeds: a pass is deterministic
 
 
 def generator(seed=0):
@@ -33,7 +33,7 @@ def upper_tail_cdf(alpha):
 def test_standard_normal_above_matches_truncated_density(alpha):
     draws = standard_normal_above(torch.full((DRAWS,), alpha, dtype=torch.float64), generator()).numpy()
     assert np.isfinite(draws).all() and (draws >= alpha).all()
-    assert stats.kstest(draws, upper_tail_cdf(alpha)).pvalue > P_MIN
+    assert stats.kstest(draws, upper_tail_cdf(alpha)).pvalue > KS_P_MIN
 
 
 @pytest.mark.parametrize("mean, std, bound, above", [
@@ -49,14 +49,14 @@ def test_truncated_normal_either_side(mean, std, bound, above):
     assert (draws >= bound).all() if above else (draws <= bound).all()
     standardized = (draws - mean) / std if above else (mean - draws) / std
     alpha = (bound - mean) / std if above else (mean - bound) / std
-    assert stats.kstest(standardized, upper_tail_cdf(alpha)).pvalue > P_MIN
+    assert stats.kstest(standardized, upper_tail_cdf(alpha)).pvalue > KS_P_MIN
 
 
 def test_truncated_normal_mixed_sides_per_element():
     above = torch.arange(DRAWS) % 2 == 0
     draws = truncated_normal(torch.zeros(DRAWS), torch.ones(DRAWS), torch.full((DRAWS,), 0.5), above, generator(2))
     assert (draws[above] >= 0.5).all() and (draws[~above] <= 0.5).all()
-    assert stats.kstest(-draws[~above].numpy(), upper_tail_cdf(-0.5)).pvalue > P_MIN
+    assert stats.kstest(-draws[~above].numpy(), upper_tail_cdf(-0.5)).pvalue > KS_P_MIN
 
 
 SIGMA = {"relu": lambda z: np.maximum(z, 0.0), "sign": np.sign, "abs": np.abs, "linear": lambda z: z}
@@ -96,7 +96,7 @@ def test_pre_activation_conditional_matches_exact_density(activation, omega, pos
     pieces = pre_activation_pieces(activation, full(omega), full(post), delta_z, delta_x)
     draws = two_piece_mixture(*pieces, generator(3)).numpy()
     assert np.isfinite(draws).all()
-    assert stats.kstest(draws, exact_cdf(activation, omega, post, delta_z, delta_x)).pvalue > P_MIN
+    assert stats.kstest(draws, exact_cdf(activation, omega, post, delta_z, delta_x)).pvalue > KS_P_MIN
 
 
 @pytest.mark.parametrize("activation", ["relu", "sign", "abs", "linear"])
@@ -142,7 +142,7 @@ def test_probit_step_keeps_labels_and_the_gaussian_scores():
         scores = probit_scores(omega, labels, delta, scores, gen)
         assert torch.equal(scores.argmax(-1), labels)
     for a in range(4):
-        assert stats.kstest(scores[:, a].numpy(), stats.norm(float(omega[0, a]), math.sqrt(delta)).cdf).pvalue > P_MIN
+        assert stats.kstest(scores[:, a].numpy(), stats.norm(float(omega[0, a]), math.sqrt(delta)).cdf).pvalue > KS_P_MIN
 
 
 def test_probit_step_far_in_the_tail():
