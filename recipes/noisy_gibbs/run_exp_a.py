@@ -2,6 +2,7 @@
 
     python recipes/noisy_gibbs/run_exp_a.py                      # the recipe: 200,000 sweeps per init
     python recipes/noisy_gibbs/run_exp_a.py --steps 5000         # shortened
+    python recipes/noisy_gibbs/run_exp_a.py --seed 1             # another teacher and data set
     python recipes/noisy_gibbs/run_exp_a.py --inits zeros --num-train 200 --steps 300 --every 10
 
 For each uninformed start (``zeros``: the paper's Gibbs init; ``prior``: the paper's "random" inits,
@@ -46,6 +47,8 @@ def config(args: argparse.Namespace, init: str) -> dict:
         check["every_n_steps"] = args.every
     if args.chains is not None:
         cfg["model"]["init_args"]["num_chains"] = args.chains
+    if args.seed is not None:  # a new teacher and data set, and new chain streams
+        cfg["seed_everything"] = cfg["model"]["init_args"]["seed"] = cfg["data"]["init_args"]["seed"] = args.seed
     for key, value in (("num_train", args.num_train), ("num_test", args.num_test)):
         if value is not None:
             cfg["data"]["init_args"][key] = value
@@ -87,6 +90,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="sweeps per run (default: the recipe's 200,000)")
     parser.add_argument("--every", type=int, help="sweeps between thermalization records (default 100)")
     parser.add_argument("--chains", type=int, help="chains per run, the first informed (default 4)")
+    parser.add_argument("--seed", type=int, help="seed of the teacher, the data and the chains (default 0)")
     parser.add_argument("--num-train", type=int, help="training points (default the paper's 2084)")
     parser.add_argument("--num-test", type=int, help="test points (default 2000)")
     parser.add_argument("--root", default="runs/noisy_gibbs_exp_a", help="where runs and exp_a.json go")
