@@ -5,7 +5,8 @@ likelihood, ``--samples`` parameter draws (default 1,000) and ``--points`` rando
 (default 10,000), float32. The reference path loops over samples: one
 ``torch.func.functional_call`` forward over all points per sample, softmax, running sum,
 divided by S at the end. The vectorised paths call
-:func:`lit_bayes.predictive.marginal_predictive` with each ``--chunk-sizes`` value.
+:func:`lit_bayes.predictive.marginal_predictive` with each ``--chunk-sizes`` value
+(``auto``: the default it picks for the number of points).
 
 Each path runs in its own subprocess (same inputs, same seed, same thread count), so the
 peak memory of one path cannot hide in another's. Peak memory is measured as:
@@ -45,7 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--device", default=default_device, choices=["cpu", "cuda"])
     parser.add_argument("--samples", type=int, default=1000, help="number of parameter samples S")
     parser.add_argument("--points", type=int, default=10_000, help="number of input points")
-    parser.add_argument("--chunk-sizes", default="100,1000", help="comma-separated chunk sizes of the vectorised path")
+    parser.add_argument("--chunk-sizes", default="auto,100,1000",
+                        help="comma-separated chunk sizes of the vectorised path; auto: the library's default for "
+                             "--points on --device (lit_bayes.predictive.default_chunk_size)")
     parser.add_argument("--repeats", type=int, default=1, help="timed calls per path (the minimum is reported)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -53,9 +56,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.samples < 1 or args.points < 1 or args.repeats < 1:
         parser.error("--samples, --points and --repeats must be positive")
-    args.chunks = [int(c) for c in args.chunk_sizes.split(",") if c.strip()]
+    from lit_bayes.predictive import default_chunk_size
+
+    auto = default_chunk_size(args.points, args.device)
+    try:
+        chunks = [auto if c.strip() == "auto" else int(c) for c in args.chunk_sizes.split(",") if c.strip()]
+    except ValueError:
+        parser.error("--chunk-sizes must list positive integers or auto")
+    args.chunks = list(dict.fromkeys(chunks))
     if not args.chunks or min(args.chunks) < 1:
-        parser.error("--chunk-sizes must list positive integers")
+        parser.error("--chunk-sizes must list positive integers or auto")
     return args
 
 

@@ -11,7 +11,8 @@ __all__ = ["PredictiveMarginal"]
 class PredictiveMarginal(Callback):
     """Marginalises the predictive over the kept samples (or the current chains when none
     are kept yet) on every validation/test batch, vectorised over samples and points,
-    ``chunk_size`` samples at a time, on the trainer's device.
+    ``chunk_size`` samples at a time (``None``: sized to the batch,
+    :func:`lit_bayes.predictive.default_chunk_size`), on the trainer's device.
 
     Each result (:class:`lit_bayes.predictive.Predictive`) is handed to every callback
     that defines ``on_predictive(trainer, pl_module, stage, predictive, target, inputs)``,
@@ -19,8 +20,8 @@ class PredictiveMarginal(Callback):
     sample's own predictive (needed for the per-sample ECE).
     """
 
-    def __init__(self, chunk_size: int = 256, keep_per_sample: bool = False) -> None:
-        if not isinstance(chunk_size, int) or chunk_size < 1:
+    def __init__(self, chunk_size: int | None = None, keep_per_sample: bool = False) -> None:
+        if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         self.chunk_size = chunk_size
         self.keep_per_sample = keep_per_sample

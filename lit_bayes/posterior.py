@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lit_bayes.logspace import logsumexp
+
 __all__ = [
     "Bernoulli",
     "Categorical",
@@ -64,6 +66,11 @@ class Likelihood(nn.Module):
                 f"of the output of shape {tuple(output.shape)}"
             )
 
+    def log_prob_(self, output: Tensor, target: Tensor) -> Tensor:
+        """``forward(output, target)``, free to overwrite ``output`` (a scratch tensor the caller
+        drops), which saves a temporary as large as it where a subclass makes use of that."""
+        return self(output, target)
+
     def check_target(self, target: Tensor, name: str = "target") -> None:
         """Raise ``ValueError`` naming ``name`` if ``target`` is not valid for this likelihood."""
         if target.dim() != 1:
@@ -72,6 +79,36 @@ class Likelihood(nn.Module):
             raise ValueError(f"{name} must be a floating-point tensor for {type(self).__name__}, got {target.dtype}")
         if torch.is_floating_point(target) and not torch.isfinite(target).all():
             raise ValueError(f"{name} contains NaN or infinite values")
+
+
+class TargetLogits:
+    """``output[..., i, target_i]`` for labels ``target`` ``(B,)``, shape ``output.shape[:-1]``.
+
+    Class-major outputs (a transposed ``(..., classes, B)`` tensor, as the FNBG incremental path
+    keeps them) are read by flat index, ~3x faster than ``gather`` over their strided last
+    dimension; the index of the last target is kept (the FNBG path reads the same batch once
+    per block).
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[Tensor, int | None, Tensor] | None = None
+
+    def flat_index(self, target: Tensor) -> Tensor:
+        """``target_i * B + i``: the flat position of each point's label in a ``(classes, B)`` block."""
+        last = self._last
+        version = None if target.is_inference() else target._version  # inference tensors have none
+        if last is None or last[0] is not target or version is None or last[1] != version:
+            points = target.shape[0]
+            index = target.long() * points + torch.arange(points, device=target.device)
+            self._last = last = (target, version, index)
+        return last[2]
+
+    def __call__(self, output: Tensor, target: Tensor) -> Tensor:
+        if output.transpose(-1, -2).is_contiguous():
+            flat = output.transpose(-1, -2).reshape(-1, output.shape[-1] * output.shape[-2])
+            return flat.index_select(1, self.flat_index(target)).view(output.shape[:-1])
+        index = target.long().expand(output.shape[:-1]).unsqueeze(-1)
+        return output.gather(-1, index).squeeze(-1)
 
 
 class Categorical(Likelihood):
@@ -84,6 +121,7 @@ class Categorical(Likelihood):
         if not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
         self.num_classes = num_classes
+        self.target_logits = TargetLogits()
 
     def check_target(self, target: Tensor, name: str = "target") -> None:
         super().check_target(target, name)
@@ -102,14 +140,20 @@ class Categorical(Likelihood):
     def class_log_probs(self, output: Tensor) -> Tensor:
         """Log-probabilities of every class, shape ``(..., B, num_classes)``."""
         self._check_logits(output)
-        return output - output.logsumexp(-1, keepdim=True)  # = log_softmax, several times faster on CPU
+        return output - logsumexp(output, -1, keepdim=True)  # = log_softmax, several times faster on CPU
 
     def forward(self, output: Tensor, target: Tensor) -> Tensor:
         self.check_shapes(output, target)
         self._check_logits(output)
-        index = target.long().expand(output.shape[:-1]).unsqueeze(-1)
         # the target's logit minus logsumexp: the class_log_probs entry, without all of them
-        return output.gather(-1, index).squeeze(-1) - output.logsumexp(-1)
+        return self.target_logits(output, target) - logsumexp(output, -1)
+
+    def log_prob_(self, output: Tensor, target: Tensor) -> Tensor:
+        """``forward``, with the logsumexp's shifted exponentials written over ``output``."""
+        self.check_shapes(output, target)
+        self._check_logits(output)
+        picked = self.target_logits(output, target)
+        return picked - logsumexp(output, -1, overwrite=True)
 
 
 class Bernoulli(Likelihood):

@@ -17,7 +17,7 @@ from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, Uncertaint
 from lit_bayes.data import TwoMoons
 from lit_bayes.metrics import NLPD, BrierScore, PerSampleECE, PerSampleRMSE
 from lit_bayes.models import MLP
-from lit_bayes.predictive import Predictive, marginal_predictive, uniform_log_weights
+from lit_bayes.predictive import Predictive, default_chunk_size, marginal_predictive, uniform_log_weights
 
 NUM_SAMPLES = 23  # not a multiple of the chunk sizes below
 
@@ -103,7 +103,7 @@ def classification_problem(name, seed=0):
 
 # ------------------------------------------------------------------ vectorised == loop
 @pytest.mark.parametrize("weighting", ["uniform", "weighted"])
-@pytest.mark.parametrize("chunk_size", [1, 7, NUM_SAMPLES])
+@pytest.mark.parametrize("chunk_size", [1, 7, NUM_SAMPLES, None])
 @pytest.mark.parametrize("name", sorted(CLASSIFIERS))
 def test_classification_marginal_equals_loop(name, chunk_size, weighting):
     sampler, samples, x, y = classification_problem(name)
@@ -117,6 +117,13 @@ def test_classification_marginal_equals_loop(name, chunk_size, weighting):
     torch.testing.assert_close(got.mutual_information.double(), mutual_information, rtol=0, atol=1e-5)
     assert (got.mutual_information >= 0).all()
     assert (mutual_information > 1e-3).all()  # the samples disagree: the test would see a wrong MI
+
+
+def test_default_chunk_size_keeps_about_1e5_sample_points_per_chunk_on_cpu():
+    assert default_chunk_size(10_000, torch.device("cpu")) == 10
+    assert default_chunk_size(1_000, "cpu") == 100
+    assert default_chunk_size(10**7, "cpu") == 1
+    assert default_chunk_size(10_000, "cuda") == 256
 
 
 @pytest.mark.parametrize("name", sorted(CLASSIFIERS))

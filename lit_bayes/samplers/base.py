@@ -100,7 +100,7 @@ class SamplerModule(L.LightningModule):
         self.chains: ChainState | None = None
         self.generator: torch.Generator | None = None
         self._pending_generator_state: Tensor | None = None
-        self.predict_chunk_size = 256
+        self.predict_chunk_size: int | None = None  # samples per chunk in predict_step (None: sized to the batch)
         self._predict_samples: tuple[dict[str, Tensor], Tensor] | None = None
 
     # ------------------------------------------------------------------ state

@@ -1,0 +1,60 @@
+"""The exp2-based log-space reductions and the class-major label read equal torch's own."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lit_bayes import Categorical, logspace
+
+INF = math.inf
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_logsumexp_equals_torch(dtype):
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(6, 7, 9, generator=gen) * 40).to(dtype)
+    for dim in (0, 1, -1):
+        for keepdim in (False, True):
+            torch.testing.assert_close(logspace.logsumexp(x, dim, keepdim), torch.logsumexp(x, dim, keepdim))
+    strided = x.transpose(1, 2)  # the FNBG path's class-major outputs
+    torch.testing.assert_close(logspace.logsumexp(strided, -1), torch.logsumexp(strided, -1))
+
+
+def test_logsumexp_infinities_and_nan_as_torch():
+    x = torch.tensor([[-INF, -INF, -INF], [1.0, INF, 2.0], [math.nan, 1.0, 2.0], [1e30, 3e38, -3e38], [-INF, 0.0, 1.0]])
+    torch.testing.assert_close(logspace.logsumexp(x, -1), torch.logsumexp(x, -1), equal_nan=True)
+
+
+def test_logsumexp_overwrite_writes_over_its_input_and_gradient_is_softmax():
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(1))
+    expected = torch.logsumexp(x, 1)
+    scratch = x.clone()
+    torch.testing.assert_close(logspace.logsumexp(scratch, 1, overwrite=True), expected)
+    assert not torch.equal(scratch, x)
+    leaf = x.clone().requires_grad_()
+    logspace.logsumexp(leaf, 1).sum().backward()
+    torch.testing.assert_close(leaf.grad, torch.softmax(x, 1))
+
+
+def test_exp_equals_torch_exp_up_to_the_rounding_of_x_log2e():
+    x = torch.linspace(-80.0, 80.0, 1001)
+    relative = (logspace.exp(x).double() / torch.exp(x.double()) - 1).abs()
+    assert (relative <= (x.double().abs() + 1) * 2.0**-23).all()  # float32: eps |x| from x log2 e
+
+
+def test_categorical_reads_class_major_outputs_as_gather_and_sees_new_labels():
+    gen = torch.Generator().manual_seed(2)
+    likelihood = Categorical(4)
+    outputs = torch.randn(3, 4, 50, generator=gen).transpose(1, 2)  # (C, B, k), class-major storage
+    labels = torch.randint(4, (50,), generator=gen)
+    reference = torch.log_softmax(outputs, -1).gather(-1, labels.expand(3, 50).unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(likelihood(outputs, labels), reference)
+    torch.testing.assert_close(likelihood(outputs.contiguous(), labels), reference)
+    torch.testing.assert_close(likelihood.log_prob_(outputs.clone(), labels), reference)
+    labels.copy_(torch.randint(4, (50,), generator=gen))  # same tensor, new labels: the kept index is stale
+    reference = torch.log_softmax(outputs, -1).gather(-1, labels.expand(3, 50).unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(likelihood(outputs, labels), reference)
+    with torch.inference_mode():
+        torch.testing.assert_close(likelihood(outputs, labels.clone()), reference)
