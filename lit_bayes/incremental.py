@@ -10,7 +10,7 @@ s = 1 (the paper's raw batch sum) or N/B, T the temperature. The prior is Gaussi
 log pi(theta*_q) - log pi(theta_q) = -sum_{i in q} ((theta*_i)^2 - theta_i^2) / (2 v_i).
 
 A target holds the state of every chain, ``(C, P)`` in ``ChainState.flat`` order, and its
-energy on the batch. ``propose(q, values)`` evaluates every chain's proposal at once and
+energy on the batch. ``propose(q, step)`` evaluates every chain's proposal at once and
 ``commit(accept)`` keeps it only for the chains that accept: a rejected block leaves state
 and cached energy untouched (the reference code's bug, spec §8 item 5, cannot happen).
 Energies are sums in float64 (spec §8 item 16).
@@ -22,7 +22,9 @@ Energies are sums in float64 (spec §8 item 16).
   g_jk <- g_jk + h_{j-1}[:, S] dw_S + db_k, so that column and h_jk are recomputed, layer
   j + 1 takes the rank-one update g_{j+1} <- g_{j+1} + w_{j+1}[:, k] (h_jk' - h_jk) and the
   layers above it are recomputed; any other block (a whole layer) recomputes from its lowest
-  layer up. The caches are rebuilt at every ``reset`` (every sweep, on its new batch), so
+  layer up. An accepted block at layer j keeps only the caches it needs next (layers <= j + 1);
+  the layers above are recomputed once, when a block above needs them, not copied at every
+  block. The caches are rebuilt at every ``reset`` (every sweep, on its new batch), so
   rounding never accumulates beyond one sweep.
 """
 from __future__ import annotations
@@ -48,6 +50,8 @@ __all__ = [
 ]
 
 ELEMENTWISE = (nn.Sigmoid, nn.Tanh, nn.ReLU, nn.GELU, nn.ELU, nn.LeakyReLU, nn.SiLU, nn.Softplus, nn.Identity)
+# activations written into a given tensor (the others allocate their result)
+WRITES_OUT = {nn.Sigmoid: torch.sigmoid, nn.Tanh: torch.tanh}
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,10 @@ class BlockTarget:
     def num_blocks(self) -> int:
         return len(self.plans)
 
+    def block_size(self, block: int) -> int:
+        """The number of parameters in ``block``."""
+        return self.plans[block].members.numel()
+
     @property
     def energy(self) -> Tensor:
         """U of every chain's current state, ``(C,)`` float64."""
@@ -214,13 +222,15 @@ class BlockTarget:
         self.prior_energy = (0.5 * sq.sum(1) + self.log_norm) / self.temperature
         return self.energy
 
-    def propose(self, block: int, values: Tensor) -> Tensor:
-        """Energy ``(C,)`` of every chain's state with ``block`` set to ``values`` (C, size)."""
+    def propose(self, block: int, step: Tensor) -> Tensor:
+        """Energy ``(C,)`` of every chain's state with ``block`` moved by ``step`` (C, size)."""
         plan = self.plans[block]
         current = self.state[:, plan.members]
-        change = (values.double().square() - current.double().square()) * self.inv_var[plan.members]
-        prior = self.prior_energy + 0.5 * change.sum(1) / self.temperature
-        likelihood = self._propose_likelihood(plan, values, values - current)
+        values = current + step
+        # theta*^2 - theta^2 = step (theta* + theta): no cancellation between two squares
+        change = (step * (values + current)).double() * self.inv_var[plan.members]
+        prior = self.prior_energy + change.sum(1) * (0.5 / self.temperature)
+        likelihood = self._propose_likelihood(plan, values, step)
         self._pending = (plan, values, likelihood, prior)
         return likelihood + prior
 
@@ -268,7 +278,8 @@ class FullForwardTarget(BlockTarget):
 class IncrementalTarget(BlockTarget):
     """Cached-activation path for a :class:`LinearStack` (see the module docstring).
 
-    ``log_likelihood(output)`` maps network outputs ``(C, B, k)`` to ``(C, B)``; ``x`` is the
+    ``log_likelihood(output)`` maps network outputs ``(C, B, k)`` to ``(C, B)`` and may overwrite
+    them (:meth:`lit_bayes.posterior.Likelihood.log_prob_`); ``x`` is the
     batch's inputs, shared by every chain. Caches are feature-major, ``(C, out_j, B)``, so a
     node's column is a contiguous row and the small per-layer products are fast.
     """
@@ -288,22 +299,44 @@ class IncrementalTarget(BlockTarget):
         self.xt = x.T.contiguous()  # (in_0, B)
         self.pre: list[Tensor] = []  # g_j of every layer, (C, out_j, B)
         self.post: list[Tensor] = []  # h_j = phi(g_j) of every hidden layer, (C, out_j, B)
+        self._valid = 0  # pre[l] is current for l < _valid, post[l] for l < _valid - 1
         self._cache: tuple | None = None  # the pending proposal's layers
+        # per-block results go into these tensors (allocated once per sweep): fresh (C, out, B)
+        # tensors at every block cost more in page faults than the arithmetic on CPU
+        self._scratch: dict[tuple[str, int], Tensor] = {}
 
     def _weight(self, state: Tensor, j: int) -> Tensor:
         """w_j of every chain, ``(C, out_j, in_j)`` (a view of ``state``)."""
         layer = self.stack.layers[j]
         return state[:, layer.weight].view(-1, layer.out_features, layer.in_features)
 
-    def _linear(self, state: Tensor, j: int, h: Tensor | None) -> Tensor:
-        """g_j = w_j h_{j-1} + b_j for every chain, ``(C, out_j, B)``; ``h`` None is the shared input."""
+    def _linear(self, state: Tensor, j: int, h: Tensor | None, out: Tensor | None = None) -> Tensor:
+        """g_j = w_j h_{j-1} + b_j for every chain, ``(C, out_j, B)``; ``h`` None is the shared input.
+        ``out`` (with ``h``) receives the result."""
         layer = self.stack.layers[j]
         weight = self._weight(state, j)
         bias = state[:, layer.bias, None] if layer.bias is not None else None
         if h is None:  # one GEMM for all chains, without copying x per chain
             g = (weight.reshape(-1, layer.in_features) @ self.xt).view(weight.shape[0], layer.out_features, -1)
             return g if bias is None else g.add_(bias)
-        return torch.bmm(weight, h) if bias is None else torch.baddbmm(bias, weight, h)
+        return torch.bmm(weight, h, out=out) if bias is None else torch.baddbmm(bias, weight, h, out=out)
+
+    def _buffer(self, kind: str, j: int, like: Tensor) -> Tensor:
+        """The scratch tensor ``(kind, j)`` shaped as ``like``."""
+        buffer = self._scratch.get((kind, j))
+        if buffer is None or buffer.shape != like.shape or buffer.dtype != like.dtype:
+            buffer = self._scratch[kind, j] = torch.empty_like(like)
+        return buffer
+
+    def _tail(self, j: int, g: Tensor) -> Tensor:
+        """The outputs ``(C, out_L, B)`` of the current state above layer j, whose pre-activations
+        are ``g``, computed in scratch tensors (valid until the next proposal)."""
+        for l in range(j + 1, len(self.stack.layers)):
+            activation = self.stack.activations[l - 1]
+            write = WRITES_OUT.get(type(activation))
+            h = activation(g) if write is None else write(g, out=self._buffer("post", l - 1, g))
+            g = self._linear(self.state, l, h, out=self._buffer("pre", l, self.pre[l]))
+        return g
 
     def _upward(self, state: Tensor, j: int, g: Tensor, h: Tensor | None) -> tuple[list[Tensor], list[Tensor]]:
         """Pre-activations of layers j.. and activations of layers j..L-2, from layer j's
@@ -317,15 +350,26 @@ class IncrementalTarget(BlockTarget):
             h = None
         return pres, posts
 
-    def _output_likelihood(self, g: Tensor) -> Tensor:
-        return self.reduce(self.log_likelihood(g.transpose(1, 2)))
+    def _output_likelihood(self, g: Tensor, scratch: bool = False) -> Tensor:
+        """The likelihood energy of the outputs ``g`` ``(C, k, B)``; ``scratch``: ``g`` may be overwritten."""
+        output = g.transpose(1, 2)
+        return self.reduce(self.log_likelihood(output if scratch else output.clone()))
 
     def _reset_likelihood(self, state: Tensor) -> Tensor:
         self.pre, self.post = self._upward(state, 0, self._linear(state, 0, None), None)
+        self._valid = len(self.pre)
         return self._output_likelihood(self.pre[-1])
 
+    def _refresh(self, upto: int) -> None:
+        """Recompute the stale caches of the current state up to layer ``upto``'s pre-activations."""
+        for l in range(self._valid, upto + 1):
+            self.post[l - 1] = self.stack.activations[l - 1](self.pre[l - 1])
+            self.pre[l] = self._linear(self.state, l, self.post[l - 1])
+        self._valid = max(self._valid, upto + 1)
+
     def _propose_likelihood(self, plan: BlockPlan, values: Tensor, delta: Tensor) -> Tensor:
-        j = plan.layer
+        j, last = plan.layer, len(self.stack.layers) - 1
+        self._refresh(last if plan.node is None else min(j + 1, last))
         if plan.node is None:  # not inside one node: recompute from layer j with the proposal
             proposed = self.state.clone()
             proposed[:, plan.members] = values
@@ -340,30 +384,35 @@ class IncrementalTarget(BlockTarget):
         if plan.bias_pos is not None:
             dg = dg + delta[:, plan.bias_pos, None]
         column = self.pre[j][:, k] + dg  # (C, B): the only pre-activations of layer j that change
-        if j == len(self.stack.layers) - 1:
-            g = self.pre[j].clone()
+        if j == last:
+            g = self._buffer("pre", j, self.pre[j]).copy_(self.pre[j])
             g[:, k] = column
             self._cache = (j, (k, column, None), [], [])
-            return self._output_likelihood(g)
+            return self._output_likelihood(g, scratch=True)
         h_column = self.stack.activations[j](column)
         # layer j + 1 by a rank-one update: g_{j+1} + w_{j+1}[:, k] (h_jk' - h_jk) (Eq. 3.2)
         w_column = self._weight(self.state, j + 1)[:, :, k:k + 1]
-        g_above = torch.baddbmm(self.pre[j + 1], w_column, (h_column - self.post[j][:, k]).unsqueeze(1))
-        pres, posts = self._upward(self.state, j + 1, g_above, None)
-        self._cache = (j, (k, column, h_column), pres, posts)
-        return self._output_likelihood(pres[-1])
+        g_above = torch.baddbmm(self.pre[j + 1], w_column, (h_column - self.post[j][:, k]).unsqueeze(1),
+                                out=self._buffer("next", j + 1, self.pre[j + 1]))
+        self._cache = (j, (k, column, h_column), [g_above], [])  # the layers above go stale
+        output = self._tail(j + 1, g_above)
+        return self._output_likelihood(output, scratch=output is not g_above)  # g_above is kept
 
     def _commit_likelihood(self, accept: Tensor) -> None:
         j, row, pres, posts = self._cache
         if row is not None:  # layer j changed in node k only: update that row in place
             k, column, h_column = row
-            self.pre[j][:, k] = torch.where(accept[:, None], column, self.pre[j][:, k])
+            keep = accept[:, None]
+            torch.where(keep, column, self.pre[j][:, k], out=self.pre[j][:, k])
             if h_column is not None:
-                self.post[j][:, k] = torch.where(accept[:, None], h_column, self.post[j][:, k])
+                torch.where(keep, h_column, self.post[j][:, k], out=self.post[j][:, k])
+                self._valid = j + 2  # layer j + 1 is kept below; the ones above are stale
             j += 1  # pres and posts start at the layer above
         rejected = (~accept).nonzero().squeeze(1) if accept.device.type == "cpu" else None
         for l, g in enumerate(pres, start=j):
-            self.pre[l] = keep_accepted(g, self.pre[l], accept, rejected)
+            old, self.pre[l] = self.pre[l], keep_accepted(g, self.pre[l], accept, rejected)
+            if self._scratch.get(("next", l)) is g:  # the scratch tensor is the cache now: swap them
+                self._scratch["next", l] = old
         for l, h in enumerate(posts, start=j):
             self.post[l] = keep_accepted(h, self.post[l], accept, rejected)
         self._cache = None

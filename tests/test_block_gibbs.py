@@ -94,7 +94,7 @@ def test_rejected_block_is_reverted_before_the_next_block(incremental):
     target = sampler.block_target(x, y)
     start = sampler.chains.flat()
     energy = target.reset(start.clone()).clone()
-    far = target.current(0) + 50.0  # a proposal any chain would reject
+    far = torch.full_like(target.current(0), 50.0)  # a move any chain would reject
     assert (target.propose(0, far) > energy + 100).all()
     target.commit(torch.zeros(3, dtype=torch.bool))
     assert torch.equal(target.state, start) and torch.equal(target.energy, energy)
@@ -102,7 +102,8 @@ def test_rejected_block_is_reverted_before_the_next_block(incremental):
     expected = start.clone()
     expected[:, target.plans[1].members] = values
     naive = FullForwardTarget(target.plans, sampler.prior_variances, 1.0, 1.0, log_likelihood(sampler, x, y))
-    torch.testing.assert_close(target.propose(1, values), naive.reset(expected), rtol=1e-6, atol=1e-4)
+    torch.testing.assert_close(target.propose(1, torch.full_like(values, 0.1)), naive.reset(expected),
+                               rtol=1e-6, atol=1e-4)
 
 
 def test_never_accepted_block_keeps_its_values_over_sweeps():

@@ -162,7 +162,7 @@ class BlockGibbs(SamplerModule):
         scale = self.posterior.likelihood_scale(x.shape[0])
         options = (*self.layout(), scale, self.posterior.temperature)
         if self.stack is not None:
-            return IncrementalTarget(*options, self.stack, lambda output: self.likelihood(output, y), x)
+            return IncrementalTarget(*options, self.stack, lambda output: self.likelihood.log_prob_(output, y), x)
 
         def log_likelihood(flat: Tensor) -> Tensor:
             params = self.chains.unflatten(flat)

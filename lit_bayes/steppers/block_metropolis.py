@@ -105,9 +105,9 @@ class BlockMetropolis(Optimizer):
         adapt = int(state["step"]) < group["adapt_steps"]
         alpha = torch.empty_like(std) if adapt else None
         for q in range(blocks):
-            current = target.current(q)
-            noise = torch.randn(current.shape, generator=self.generator, device=current.device, dtype=current.dtype)
-            proposed_energy = target.propose(q, current + std[:, q, None] * noise)
+            noise = torch.randn((chains, target.block_size(q)), generator=self.generator, device=std.device,
+                                dtype=std.dtype)
+            proposed_energy = target.propose(q, std[:, q, None] * noise)
             now = torch.nan_to_num(target.energy, nan=math.inf)  # a NaN state moves to any finite proposal
             log_ratio = torch.where(torch.isfinite(proposed_energy), now - proposed_energy, -math.inf)
             accept = log_u[:, q] < log_ratio
