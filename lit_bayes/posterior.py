@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lit_bayes.logspace import logsumexp
+from lit_bayes.unchanged import DerivedFrom
 
 __all__ = [
     "Bernoulli",
@@ -91,22 +92,17 @@ class TargetLogits:
     """
 
     def __init__(self) -> None:
-        self._last: tuple[Tensor, int | None, Tensor] | None = None
+        self._index: DerivedFrom[Tensor] = DerivedFrom()
 
-    def flat_index(self, target: Tensor) -> Tensor:
+    @staticmethod
+    def flat_index(target: Tensor) -> Tensor:
         """``target_i * B + i``: the flat position of each point's label in a ``(classes, B)`` block."""
-        last = self._last
-        version = None if target.is_inference() else target._version  # inference tensors have none
-        if last is None or last[0] is not target or version is None or last[1] != version:
-            points = target.shape[0]
-            index = target.long() * points + torch.arange(points, device=target.device)
-            self._last = last = (target, version, index)
-        return last[2]
+        return target.long() * target.shape[0] + torch.arange(target.shape[0], device=target.device)
 
     def __call__(self, output: Tensor, target: Tensor) -> Tensor:
         if output.transpose(-1, -2).is_contiguous():
             flat = output.transpose(-1, -2).reshape(-1, output.shape[-1] * output.shape[-2])
-            return flat.index_select(1, self.flat_index(target)).view(output.shape[:-1])
+            return flat.index_select(1, self._index(target, self.flat_index)).view(output.shape[:-1])
         index = target.long().expand(output.shape[:-1]).unsqueeze(-1)
         return output.gather(-1, index).squeeze(-1)
 

@@ -70,6 +70,15 @@ def test_full_batch_when_batch_size_is_none_or_at_least_num_train(batch_size):
     assert [len(y) for _, y in dm.train_dataloader()] == [10]
 
 
+def test_a_full_batch_is_the_stored_training_tensors_every_epoch():
+    dm = Tiny(tiny_xy(10), batch_size=None)
+    dm.setup()
+    stored = dm.train_data.tensors
+    for epoch in range(2):
+        ((x, y),) = list(dm.train_dataloader())
+        assert x is stored[0] and y is stored[1]  # no copy, and full-batch samplers can recognise it
+
+
 def test_shuffle_depends_only_on_seed_and_epoch():
     def order(seed, epoch):
         dm = Tiny(tiny_xy(10), seed=seed)

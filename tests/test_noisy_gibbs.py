@@ -16,7 +16,7 @@ from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, Uncertaint
 from lit_bayes.data import LinearRegression
 from lit_bayes.data.teacher_student import TeacherStudent
 from lit_bayes.models.noisy_mlp import MultinomialProbit, NoisyMLP
-from lit_bayes.samplers.noisy_gibbs import NoisyGibbs, canonical_order
+from lit_bayes.samplers.noisy_gibbs import CanonicalBatch, NoisyGibbs, canonical_order
 from lit_bayes.steppers.noisy_gibbs import LinearGaussianConditional, NoisyGibbsStepper, sample_bias
 from tests.gaussian_targets import KS_P_MIN, assert_gaussian_draws, assert_matches_gaussian, conjugate_linear_regression
 
@@ -224,6 +224,24 @@ def test_canonical_order_is_invariant_to_permutations():
     x, y = torch.randn(20, 3, generator=gen(8)), torch.randn(20, generator=gen(9))
     perm = torch.randperm(20, generator=gen(10))
     assert torch.equal(x[canonical_order(x, y)], x[perm][canonical_order(x[perm], y[perm])])
+
+
+def test_canonical_batch_orders_a_batch_once_while_the_same_tensors_come_back():
+    x, y = torch.randn(20, 2, 3, generator=gen(8)), torch.randn(20, generator=gen(9))
+    batch = CanonicalBatch()
+    inputs, targets = batch(x, y, torch.float64)
+    assert inputs.dtype == torch.float64 and inputs.shape == (20, 6)
+    order = canonical_order(x, y)
+    assert torch.equal(inputs, x[order].flatten(1).double()) and torch.equal(targets, y[order])
+    again = batch(x, y, torch.float64)
+    assert again[0] is inputs and again[1] is targets  # recognised: not ordered again
+    perm = torch.randperm(20, generator=gen(10))
+    shuffled = batch(x[perm], y[perm], torch.float64)
+    assert shuffled[0] is not inputs and torch.equal(shuffled[0], inputs) and torch.equal(shuffled[1], targets)
+    x2 = x.clone()
+    assert batch(x2, y, torch.float64)[0] is not inputs
+    x2[0] += 1.0  # modified in place: ordered again, with the new values
+    assert torch.equal(batch(x2, y, torch.float64)[0], x2[canonical_order(x2, y)].flatten(1).double())
 
 
 @pytest.mark.parametrize("kwargs, message", [

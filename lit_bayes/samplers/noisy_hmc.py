@@ -40,7 +40,7 @@ from lit_bayes.chains import ChainState
 from lit_bayes.models.noisy_mlp import NoisyMLP
 from lit_bayes.samplers.base import rank_seed
 from lit_bayes.samplers.hmc import HMC
-from lit_bayes.samplers.noisy_gibbs import DTYPES, InformedStart, canonical_order
+from lit_bayes.samplers.noisy_gibbs import DTYPES, CanonicalBatch, InformedStart
 from lit_bayes.steppers.hmc import HMCStepper
 
 __all__ = ["IntermediateHMC", "IntermediateMALA"]
@@ -112,6 +112,7 @@ class IntermediateHMC(InformedStart, HMC):
         self.start = init
         self.init_std = float(init_std)
         self.dtype_name = dtype
+        self.canonical_batch = CanonicalBatch()
         self.latents: ChainState | None = None
         self._latents_fresh = False  # storage allocated, values still to be drawn at the first step
         self._pending_parameters: tuple[Tensor, dict[str, Tensor]] | None = None
@@ -221,15 +222,14 @@ class IntermediateHMC(InformedStart, HMC):
         if x.shape[0] != expected:
             raise ValueError(f"{type(self).__name__} is full batch: the training batch has {x.shape[0]} points, "
                              f"the training set {expected}; use batch_size=None")
-        order = canonical_order(x, y)
-        inputs = x[order].flatten(1).to(DTYPES[self.dtype_name])
+        inputs, targets = self.canonical_batch(x, y, DTYPES[self.dtype_name])
         latents = self.latents.as_dict()
         if self._latents_fresh:
             with torch.no_grad():
                 for name, value in self.initial_latents(inputs).items():
                     latents[name].copy_(value)
             self._latents_fresh = False
-        return inputs, y[order], latents
+        return inputs, targets, latents
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         inputs, targets, latents = self.sweep_inputs(batch)

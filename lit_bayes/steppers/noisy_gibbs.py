@@ -19,6 +19,7 @@ from torch.optim import Optimizer
 
 from lit_bayes.models.noisy_mlp import NoisyMLP
 from lit_bayes.steppers.truncated_gaussian import pre_activation_pieces, probit_scores, two_piece_mixture
+from lit_bayes.unchanged import DerivedFrom
 
 __all__ = ["LinearGaussianConditional", "NoisyGibbsStepper", "sample_bias"]
 
@@ -107,7 +108,7 @@ class NoisyGibbsStepper(Optimizer):
         self.weights = weights
         self.biases = biases
         self.generator = generator
-        self._first: tuple[Tensor, LinearGaussianConditional] | None = None
+        self._first: DerivedFrom[LinearGaussianConditional] = DerivedFrom(compare_values=True)
 
     @torch.no_grad()
     def step(self, closure) -> None:
@@ -116,16 +117,17 @@ class NoisyGibbsStepper(Optimizer):
 
     def first_layer(self, inputs: Tensor) -> LinearGaussianConditional:
         """The (W^(1), b^(1)) conditional on the fixed inputs, recomputed only when they change."""
-        if self._first is None or self._first[0].shape != inputs.shape or not torch.equal(self._first[0], inputs):
-            model = self.model
-            precision = [model.prior_precision[0]] * inputs.shape[1]
-            design = inputs
-            if model.has_bias:
-                design = torch.cat([inputs, torch.ones_like(inputs[:, :1])], dim=1)
-                precision.append(model.bias_precision[0])
-            precision = torch.tensor(precision, dtype=inputs.dtype, device=inputs.device)
-            self._first = (inputs.clone(), LinearGaussianConditional(design, precision, model.delta_z[0], True))
-        return self._first[1]
+        return self._first(inputs, self._first_layer)
+
+    def _first_layer(self, inputs: Tensor) -> LinearGaussianConditional:
+        model = self.model
+        precision = [model.prior_precision[0]] * inputs.shape[1]
+        design = inputs
+        if model.has_bias:
+            design = torch.cat([inputs, torch.ones_like(inputs[:, :1])], dim=1)
+            precision.append(model.bias_precision[0])
+        precision = torch.tensor(precision, dtype=inputs.dtype, device=inputs.device)
+        return LinearGaussianConditional(design, precision, model.delta_z[0], True)
 
     def pre_activation(self, layer: int, below: Tensor) -> Tensor:
         """omega = X^(l) W^(l)T + b^(l) for weight layer ``layer`` (0-based) on its input ``below``."""

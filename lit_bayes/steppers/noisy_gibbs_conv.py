@@ -30,6 +30,7 @@ from torch.optim import Optimizer
 from lit_bayes.models.noisy_cnn import NoisyCNN
 from lit_bayes.steppers.noisy_gibbs import LinearGaussianConditional, sample_bias
 from lit_bayes.steppers.truncated_gaussian import pre_activation_pieces, probit_scores, two_piece_mixture
+from lit_bayes.unchanged import DerivedFrom
 
 __all__ = ["NoisyConvGibbsStepper", "conv_design", "conv_input_conditional", "conv_matrix", "conv_rows",
            "pooled_input_mean", "sample_pooled_input"]
@@ -134,7 +135,7 @@ class NoisyConvGibbsStepper(Optimizer):
         self.model = model
         self.params = dict(parameters)
         self.generator = generator
-        self._first: tuple[Tensor, LinearGaussianConditional] | None = None
+        self._first: DerivedFrom[LinearGaussianConditional] = DerivedFrom(compare_values=True)
 
     @torch.no_grad()
     def step(self, closure) -> None:
@@ -155,16 +156,17 @@ class NoisyConvGibbsStepper(Optimizer):
 
     def first_layer(self, inputs: Tensor) -> LinearGaussianConditional:
         """The (W, b) conditional of layer 0 on the fixed inputs, recomputed only when they change."""
-        if self._first is None or self._first[0].shape != inputs.shape or not torch.equal(self._first[0], inputs):
-            model = self.model
-            design = self.design(0, inputs)
-            precision = [model.weight_precision(0)] * design.shape[-1]
-            if model.has_bias:
-                design = torch.cat([design, torch.ones_like(design[:, :1])], dim=1)
-                precision.append(model.bias_prior_precision(0))
-            precision = torch.tensor(precision, dtype=inputs.dtype, device=inputs.device)
-            self._first = (inputs.clone(), LinearGaussianConditional(design, precision, model.delta[0]))
-        return self._first[1]
+        return self._first(inputs, self._first_layer)
+
+    def _first_layer(self, inputs: Tensor) -> LinearGaussianConditional:
+        model = self.model
+        design = self.design(0, inputs)
+        precision = [model.weight_precision(0)] * design.shape[-1]
+        if model.has_bias:
+            design = torch.cat([design, torch.ones_like(design[:, :1])], dim=1)
+            precision.append(model.bias_prior_precision(0))
+        precision = torch.tensor(precision, dtype=inputs.dtype, device=inputs.device)
+        return LinearGaussianConditional(design, precision, model.delta[0])
 
     def layer_mean(self, layer: int, below: Tensor) -> Tensor:
         """f_k(h_{k-1}) of layer ``layer``, ``(C, n, *shape)``; the first layer's conv or dense map is
