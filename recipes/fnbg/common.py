@@ -19,9 +19,10 @@ RECIPES = HERE.parent
 
 def scaled(sweeps: int, batches_per_epoch: int) -> list[str]:
     """Overrides for a run of ``sweeps`` sweeps with the paper's proportions (1/11 burn-in,
-    the last 10,000 draws or fewer)."""
-    burn_in = sweeps // 11
-    return ["--trainer.max_epochs", str(math.ceil(sweeps / batches_per_epoch)),
+    the last 10,000 draws or fewer) and a checkpoint about every 5,000 sweeps."""
+    burn_in, epochs = sweeps // 11, math.ceil(sweeps / batches_per_epoch)
+    every = min(epochs, math.ceil(5_000 / batches_per_epoch))
+    return ["--trainer.max_epochs", str(epochs), "--checkpoint.every_n_epochs", str(every),
             "--model.init_args.burn_in", str(burn_in), "--samples.max_draws", str(min(10_000, sweeps - burn_in))]
 
 
