@@ -115,6 +115,12 @@ def test_check_batch_rejects_non_finite_inputs(bad):
         sampler.check_batch((x, torch.randn(B)))
 
 
+def test_check_batch_accepts_finite_inputs_whose_sum_overflows():
+    sampler = regression_sampler(num_data=10)
+    x = torch.full((B, 3), 3e38)  # finite float32 values; their sum is inf
+    assert sampler.check_batch((x, torch.randn(B)))[0] is x
+
+
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 def test_gaussian_rejects_non_finite_targets(bad):
     sampler = regression_sampler(num_data=10)
