@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from lit_bayes.models.partial_bnn import PartialBNN
-from lit_bayes.optimizers import OPTIMIZERS, make_optimizer
+from lit_bayes.optimizers import check_optimizer_name, make_optimizer
 from lit_bayes.posterior import GaussianPrior, Likelihood
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.steppers.kernels import make_kernel
@@ -98,8 +98,7 @@ class FeynmanKacSampler(SamplerModule):
             model, likelihood, prior, num_data, 1.0, "rescaled", num_particles, burn_in, thinning, seed, "prior",
             vectorize,
         )
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+        check_optimizer_name(optimizer)
         for name, value in (("lr", lr), ("lr_decay", lr_decay)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
