@@ -1,10 +1,12 @@
 """FNBG sweep cost in forward-equivalents (issue 8 targets), incremental vs naive path.
 
 MLP(784, 10, 10, 10, 10), sigmoid, batch 3000 of random inputs, Table 5's per-layer
-variances for B = 3000. One *forward-equivalent* is the median time, measured in the same
-process, of one ``model(x)`` plus ``F.cross_entropy(..., reduction="sum")`` of the batch on a
-single network. A sweep's cost is reported in those units: for one chain the whole sweep,
-for 8 and 32 chains per chain (sweep time / chains). Two splits: beta_1 = 10 (130 blocks,
+variances for B = 3000. One *forward-equivalent* is the median time of one ``model(x)`` plus
+``F.cross_entropy(..., reduction="sum")`` of the batch on a single network, timed in turn with
+the sweeps of each row (``--forward-repeats`` calls before every timed sweep), so that a change
+of the machine's speed during the run moves both alike (on this 2-core machine the forward
+alone drifted between 2.6 and 4.5 ms from one run to the next). A sweep's cost is reported in
+those units: for one chain the whole sweep, for 8 and 32 chains per chain (sweep time / chains). Two splits: beta_1 = 10 (130 blocks,
 the paper's) and ``subblock_size=10`` in layer 1 (810 blocks, the reference code's).
 
 Targets (issue 8): one chain <= 30 (130 blocks), <= 120 (810 blocks); 32 chains <= 6 and
@@ -52,51 +54,55 @@ def forward_seconds(x: torch.Tensor, y: torch.Tensor, repeats: int) -> float:
     return statistics.median(times)
 
 
-def seconds_per_sweep(split: str, num_chains: int, incremental: bool, sweeps: int,
-                      x: torch.Tensor, y: torch.Tensor) -> tuple[float, int, float]:
-    """Median wall time of one sweep after one warm-up sweep, the block count, the acceptance rate."""
+def seconds_per_sweep(split: str, num_chains: int, incremental: bool, sweeps: int, forward_repeats: int,
+                      x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, int, float]:
+    """Median wall time of one sweep after one warm-up sweep, the median forward-equivalent timed
+    before each sweep, the block count, the acceptance rate."""
     sampler = BlockGibbs(MLP(WIDTHS), Categorical(10), GaussianPrior(10.0), blocks="finer_node", **SPLITS[split],
                          proposal_variance=VARIANCES, incremental=incremental, num_chains=num_chains, seed=0)
     sampler.setup("fit")
     stepper = sampler.configure_optimizers()
     sampler.layout()
     stepper.step(lambda: sampler.block_target(x, y))  # warm-up
-    times = []
+    times, forwards = [], []
     for _ in range(sweeps):
+        forwards.append(forward_seconds(x, y, forward_repeats))
         start = time.perf_counter()
         stepper.step(lambda: sampler.block_target(x, y))
         times.append(time.perf_counter() - start)
     accepted, proposed = stepper.acceptance()
-    return statistics.median(times), sampler.partition.num_blocks, float(accepted.double().mean()) / proposed
+    return (statistics.median(times), statistics.median(forwards), sampler.partition.num_blocks,
+            float(accepted.double().mean()) / proposed)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=2, help="timed sweeps per measurement (after one warm-up)")
     parser.add_argument("--chains", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--forward-repeats", type=int, default=30)
+    parser.add_argument("--forward-repeats", type=int, default=30, help="forward passes timed before each sweep")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-naive", action="store_true", help="skip the naive reference (1 chain, 130 blocks)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     x, y = data()
-    fwd = forward_seconds(x, y, args.forward_repeats)
     print(f"MLP{tuple(WIDTHS)} sigmoid, batch {BATCH}, {args.threads} threads, median of {args.sweeps} sweeps "
-          f"after 1 warm-up; 1 forward-equivalent = {fwd * 1e3:.3f} ms (median of {args.forward_repeats})")
-    print(f"{'blocks':>6} {'chains':>6} {'path':>11} {'s/sweep':>9} {'fwd-eq/chain':>13} {'target':>7} {'accept':>7}")
+          f"after 1 warm-up; fwd ms: the row's forward-equivalent (median of {args.forward_repeats} before each sweep)")
+    print(f"{'blocks':>6} {'chains':>6} {'path':>11} {'s/sweep':>9} {'fwd ms':>7} {'fwd-eq/chain':>13} {'target':>7} "
+          f"{'accept':>7}")
     rows = []
     runs = [(split, chains, True) for split in SPLITS for chains in args.chains]
     if not args.no_naive:
         runs.append(("130", 1, False))
     for split, chains, incremental in runs:
-        sec, blocks, rate = seconds_per_sweep(split, chains, incremental, args.sweeps, x, y)
+        sec, fwd, blocks, rate = seconds_per_sweep(split, chains, incremental, args.sweeps, args.forward_repeats, x, y)
         per_chain = sec / chains / fwd
         target = TARGETS.get((split, chains)) if incremental else None
         path = "incremental" if incremental else "naive"
-        rows.append({"blocks": blocks, "chains": chains, "path": path, "s_per_sweep": sec,
+        rows.append({"blocks": blocks, "chains": chains, "path": path, "s_per_sweep": sec, "forward_equivalent_s": fwd,
                      "fwd_equiv_per_chain": per_chain, "target": target, "accept": rate})
         shown = "-" if target is None else f"<= {target:g}"
-        print(f"{blocks:>6} {chains:>6} {path:>11} {sec:>9.4f} {per_chain:>13.1f} {shown:>7} {rate:>7.3f}")
+        print(f"{blocks:>6} {chains:>6} {path:>11} {sec:>9.4f} {fwd * 1e3:>7.3f} {per_chain:>13.1f} {shown:>7} "
+              f"{rate:>7.3f}")
     ratio = None
     naive = next((r for r in rows if r["path"] == "naive"), None)
     fast = next((r for r in rows if r["path"] == "incremental" and r["blocks"] == 130 and r["chains"] == 1), None)
@@ -104,7 +110,7 @@ def main() -> None:
         ratio = naive["s_per_sweep"] / fast["s_per_sweep"]
         print(f"naive / incremental, 1 chain, 130 blocks: {ratio:.1f}x")
     print(json.dumps({"benchmark": "block_gibbs", "batch": BATCH, "threads": args.threads, "sweeps": args.sweeps,
-                      "forward_equivalent_s": fwd, "rows": rows, "naive_over_incremental_1chain_130": ratio}))
+                      "rows": rows, "naive_over_incremental_1chain_130": ratio}))
 
 
 if __name__ == "__main__":
