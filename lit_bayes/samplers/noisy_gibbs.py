@@ -82,7 +82,8 @@ class CanonicalBatch:
     def __call__(self, x: Tensor, y: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """``(inputs, targets)``: ``x`` flattened to ``(n, d)`` in ``dtype`` and ``y``, in canonical order."""
         last = self._last
-        if last is not None and unchanged(x, last[0], last[2]) and unchanged(y, last[1], last[3]) and last[4] == dtype:
+        if (last is not None and unchanged(x, last[0], last[2]) and unchanged(y, last[1], last[3])
+                and last[4] == dtype):
             return last[5], last[6]
         order = canonical_order(x, y)
         inputs, targets = x[order].flatten(1).to(dtype), y[order]
