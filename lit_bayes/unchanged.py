@@ -24,22 +24,25 @@ def unchanged(tensor: Tensor, kept: Tensor | None, kept_version: int | None) -> 
 
 
 class DerivedFrom(Generic[T]):
-    """A value derived from one tensor, kept while that tensor comes back unmodified (or, with
-    ``compare_values``, while an equal tensor comes)."""
+    """A value derived from one or several tensors, kept while those tensors come back unmodified
+    (or, with ``compare_values``, while equal tensors come)."""
 
     def __init__(self, compare_values: bool = False) -> None:
         self.compare_values = compare_values
-        self._kept: tuple[Tensor, int | None, T] | None = None
+        self._kept: tuple[tuple[Tensor, ...], tuple[int | None, ...], T] | None = None
 
-    def __call__(self, tensor: Tensor, make: Callable[[Tensor], T]) -> T:
-        """The value for ``tensor``: the kept one, or ``make(tensor)`` (then kept)."""
-        if self._kept is not None:
-            kept, kept_version, value = self._kept
-            if unchanged(tensor, kept, kept_version):
+    def __call__(self, key: Tensor | tuple[Tensor, ...], make: Callable[..., T]) -> T:
+        """The value for the tensor(s) ``key``: the kept one, or ``make(*key)`` (then kept)."""
+        tensors = key if isinstance(key, tuple) else (key,)
+        if self._kept is not None and len(self._kept[0]) == len(tensors):
+            kept, versions, value = self._kept
+            if all(unchanged(t, k, v) for t, k, v in zip(tensors, kept, versions)):
                 return value
-            if (self.compare_values and unchanged(kept, kept, kept_version) and kept.shape == tensor.shape
-                    and torch.equal(kept, tensor)):
+            if self.compare_values and all(
+                unchanged(k, k, v) and k.shape == t.shape and torch.equal(k, t)
+                for t, k, v in zip(tensors, kept, versions)
+            ):
                 return value
-        value = make(tensor)
-        self._kept = (tensor, version(tensor), value)
+        value = make(*tensors)
+        self._kept = (tensors, tuple(version(t) for t in tensors), value)
         return value

@@ -228,20 +228,20 @@ def test_canonical_order_is_invariant_to_permutations():
 
 def test_canonical_batch_orders_a_batch_once_while_the_same_tensors_come_back():
     x, y = torch.randn(20, 2, 3, generator=gen(8)), torch.randn(20, generator=gen(9))
-    batch = CanonicalBatch()
-    inputs, targets = batch(x, y, torch.float64)
+    batch = CanonicalBatch(torch.float64)
+    inputs, targets = batch(x, y)
     assert inputs.dtype == torch.float64 and inputs.shape == (20, 6)
     order = canonical_order(x, y)
     assert torch.equal(inputs, x[order].flatten(1).double()) and torch.equal(targets, y[order])
-    again = batch(x, y, torch.float64)
+    again = batch(x, y)
     assert again[0] is inputs and again[1] is targets  # recognised: not ordered again
     perm = torch.randperm(20, generator=gen(10))
-    shuffled = batch(x[perm], y[perm], torch.float64)
+    shuffled = batch(x[perm], y[perm])
     assert shuffled[0] is not inputs and torch.equal(shuffled[0], inputs) and torch.equal(shuffled[1], targets)
     x2 = x.clone()
-    assert batch(x2, y, torch.float64)[0] is not inputs
+    assert batch(x2, y)[0] is not inputs
     x2[0] += 1.0  # modified in place: ordered again, with the new values
-    assert torch.equal(batch(x2, y, torch.float64)[0], x2[canonical_order(x2, y)].flatten(1).double())
+    assert torch.equal(batch(x2, y)[0], x2[canonical_order(x2, y)].flatten(1).double())
 
 
 @pytest.mark.parametrize("kwargs, message", [

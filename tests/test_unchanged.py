@@ -47,3 +47,17 @@ def test_inference_tensors_are_never_recognised():
     kept(t, make)
     kept(t, make)
     assert len(calls) == 2
+
+
+def test_a_value_from_several_tensors_is_remade_when_any_of_them_changes():
+    calls = []
+    kept = DerivedFrom()
+    a, b = torch.arange(3.0), torch.ones(2)
+
+    def make(first, second):
+        calls.append(1)
+        return first.sum() + second.sum()
+
+    assert kept((a, b), make) == 5 and kept((a, b), make) == 5 and len(calls) == 1
+    b.mul_(2.0)
+    assert kept((a, b), make) == 7 and len(calls) == 2

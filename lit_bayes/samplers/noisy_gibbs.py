@@ -27,7 +27,7 @@ from lit_bayes.models.noisy_mlp import NoisyMLP
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.steppers.noisy_gibbs import NoisyGibbsStepper
 from lit_bayes.steppers.noisy_gibbs_conv import NoisyConvGibbsStepper
-from lit_bayes.unchanged import unchanged, version
+from lit_bayes.unchanged import DerivedFrom
 
 __all__ = ["CanonicalBatch", "InformedStart", "Latents", "NoisyGibbs"]
 
@@ -76,19 +76,17 @@ class CanonicalBatch:
     the ordered copy of the last batch is kept while the same tensors, unmodified, come back.
     """
 
-    def __init__(self) -> None:
-        self._last: tuple | None = None
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+        self._ordered: DerivedFrom[tuple[Tensor, Tensor]] = DerivedFrom()
 
-    def __call__(self, x: Tensor, y: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    def __call__(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """``(inputs, targets)``: ``x`` flattened to ``(n, d)`` in ``dtype`` and ``y``, in canonical order."""
-        last = self._last
-        if (last is not None and unchanged(x, last[0], last[2]) and unchanged(y, last[1], last[3])
-                and last[4] == dtype):
-            return last[5], last[6]
+        return self._ordered((x, y), self._order)
+
+    def _order(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         order = canonical_order(x, y)
-        inputs, targets = x[order].flatten(1).to(dtype), y[order]
-        self._last = (x, y, version(x), version(y), dtype, inputs, targets)
-        return inputs, targets
+        return x[order].flatten(1).to(self.dtype), y[order]
 
 
 class InformedStart:
@@ -193,7 +191,7 @@ class NoisyGibbs(InformedStart, SamplerModule):
         self.start = init
         self.dtype_name = dtype
         self.latents: Latents | None = None
-        self.canonical_batch = CanonicalBatch()
+        self.canonical_batch = CanonicalBatch(DTYPES[dtype])
         self._pending_latents: tuple[Tensor, dict[str, Tensor]] | None = None
         self._pending_parameters: tuple[Tensor, dict[str, Tensor]] | None = None
         self.automatic_optimization = False
@@ -260,7 +258,7 @@ class NoisyGibbs(InformedStart, SamplerModule):
         if expected is not None and x.shape[0] != expected:
             raise ValueError(f"NoisyGibbs is full batch: the training batch has {x.shape[0]} points, the training "
                              f"set {expected}; use batch_size=None")
-        inputs, targets = self.canonical_batch(x, y, DTYPES[self.dtype_name])
+        inputs, targets = self.canonical_batch(x, y)
         if self.latents is None:
             self.latents = Latents(self.initial_latents(inputs))
         return inputs, targets, self.latents.as_dict()

@@ -112,7 +112,7 @@ class IntermediateHMC(InformedStart, HMC):
         self.start = init
         self.init_std = float(init_std)
         self.dtype_name = dtype
-        self.canonical_batch = CanonicalBatch()
+        self.canonical_batch = CanonicalBatch(DTYPES[dtype])
         self.latents: ChainState | None = None
         self._latents_fresh = False  # storage allocated, values still to be drawn at the first step
         self._pending_parameters: tuple[Tensor, dict[str, Tensor]] | None = None
@@ -222,7 +222,7 @@ class IntermediateHMC(InformedStart, HMC):
         if x.shape[0] != expected:
             raise ValueError(f"{type(self).__name__} is full batch: the training batch has {x.shape[0]} points, "
                              f"the training set {expected}; use batch_size=None")
-        inputs, targets = self.canonical_batch(x, y, DTYPES[self.dtype_name])
+        inputs, targets = self.canonical_batch(x, y)
         latents = self.latents.as_dict()
         if self._latents_fresh:
             with torch.no_grad():
