@@ -139,17 +139,19 @@ class Categorical(Likelihood):
         return output - logsumexp(output, -1, keepdim=True)  # = log_softmax, several times faster on CPU
 
     def forward(self, output: Tensor, target: Tensor) -> Tensor:
-        self.check_shapes(output, target)
-        self._check_logits(output)
-        # the target's logit minus logsumexp: the class_log_probs entry, without all of them
-        return self.target_logits(output, target) - logsumexp(output, -1)
+        return self._log_prob(output, target, overwrite=False)
 
     def log_prob_(self, output: Tensor, target: Tensor) -> Tensor:
         """``forward``, with the logsumexp's shifted exponentials written over ``output``."""
+        return self._log_prob(output, target, overwrite=True)
+
+    def _log_prob(self, output: Tensor, target: Tensor, overwrite: bool) -> Tensor:
         self.check_shapes(output, target)
         self._check_logits(output)
+        # the target's logit (read first: ``overwrite`` destroys output) minus logsumexp: the
+        # class_log_probs entry, without all of them
         picked = self.target_logits(output, target)
-        return picked - logsumexp(output, -1, overwrite=True)
+        return picked - logsumexp(output, -1, overwrite=overwrite)
 
 
 class Bernoulli(Likelihood):
