@@ -98,8 +98,9 @@ class ThermalizationCheck(Callback):
     merged; ``merge_step/chain_{c}`` per uninformed chain), ``rhat``, ``rhat_step``,
     ``rhat_uninformed``, ``rhat_uninformed_step``, ``score_step`` (NaN when not reached) and
     ``records``. During fit it logs ``thermalization/test_mse/chain_{c}`` and
-    ``thermalization/score/chain_{c}`` at every record and ``thermalization/rhat`` at every block. All traces are checkpointed (:meth:`state_dict`), so a
-    resumed run continues them. Single-process runs only (every chain in one process).
+    ``thermalization/score/chain_{c}`` at every record and ``thermalization/rhat`` at every block.
+    All traces are checkpointed (:meth:`state_dict`), so a resumed run continues them.
+    Single-process runs only (every chain in one process).
 
     Args:
         informed_chains: number of chains started at the teacher (>= 1).
