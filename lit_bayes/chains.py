@@ -49,15 +49,17 @@ class ChainState(nn.Module):
         return torch.cat([p.detach().reshape(p.shape[0], -1) for p in self.as_dict().values()], dim=1)
 
     def unflatten(self, flat: Tensor) -> dict[str, Tensor]:
-        """Inverse of :meth:`flat` for any leading dimensions: ``(..., P)`` to named tensors."""
-        out, start = {}, 0
-        for name, p in self.as_dict().items():
-            size = p[0].numel()
-            out[name] = flat[..., start : start + size].reshape(*flat.shape[:-1], *p.shape[1:])
-            start += size
-        if start != flat.shape[-1]:
-            raise ValueError(f"flat holds {flat.shape[-1]} values per sample, the chains have {start} parameters")
-        return out
+        """Inverse of :meth:`flat` for any leading dimensions: ``(..., P)`` to named tensors.
+
+        One ``split`` (its backward is one concatenation, where slices would each write a
+        zero-filled gradient of the whole ``flat``)."""
+        live = self.as_dict()
+        sizes = [p[0].numel() for p in live.values()]
+        if sum(sizes) != flat.shape[-1]:
+            raise ValueError(f"flat holds {flat.shape[-1]} values per sample, the chains have {sum(sizes)} parameters")
+        lead = flat.shape[:-1]
+        parts = torch.split(flat, sizes, dim=-1)
+        return {name: part.reshape(*lead, *p.shape[1:]) for (name, p), part in zip(live.items(), parts)}
 
 
 def index_params(params: Mapping[str, Tensor], index) -> dict[str, Tensor]:

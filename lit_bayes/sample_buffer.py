@@ -71,18 +71,21 @@ class SampleBuffer(nn.Module):
         self.position.zero_()
 
     @torch.no_grad()
-    def draw(self, group_ids: Tensor, num_groups: int, num_draws: int, generator: torch.Generator) -> Tensor:
+    def draw(self, group_ids: Tensor | None, num_groups: int, num_draws: int, generator: torch.Generator) -> Tensor:
         """``num_draws`` samples θ̃ per chain, shape ``(num_chains, num_draws, num_params)``
         (a transposed view of a fresh tensor).
 
         Group g of draw k of chain c is copied from stored state ``I[c, g, k]``, with all
         ``I`` i.i.d. uniform over the stored states (one independent past index per group).
-        ``group_ids`` ``(num_params,)`` gives each flat parameter's group in ``[0, num_groups)``.
+        ``group_ids`` ``(num_params,)`` gives each flat parameter's group in ``[0, num_groups)``;
+        ``None`` means every parameter is its own group (``num_groups == num_params``).
         """
         stored = len(self)
         if stored == 0:
             raise RuntimeError("the sample buffer is empty: push a state before drawing from it")
         chains, num_params, _ = self.samples.shape
+        if group_ids is None and num_groups != num_params:
+            raise ValueError(f"group_ids=None means one group per parameter ({num_params}), got num_groups={num_groups}")
         index = torch.randint(stored, (chains, num_groups, num_draws), generator=generator, device=self.samples.device)
-        per_param = torch.gather(index, 1, group_ids.view(1, -1, 1).expand(chains, num_params, num_draws))
+        per_param = index if group_ids is None else index.index_select(1, group_ids)
         return torch.gather(self.samples, 2, per_param).transpose(1, 2)

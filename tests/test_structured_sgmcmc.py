@@ -177,6 +177,11 @@ def test_buffer_is_a_fifo_of_copies_with_independent_indices_per_group():
     assert set(draws.unique().tolist()) == {2.0, 3.0, 4.0}
     mixed = (draws[..., 0] != draws[..., 2]).float().mean().item()
     assert abs(mixed - 2 / 3) < 0.03  # groups draw independent indices
+    # one group per parameter: group_ids=None (the fully factorised shortcut) is the identity map
+    shortcut = buffer.draw(None, 6, 50, torch.Generator().manual_seed(1))
+    assert torch.equal(shortcut, buffer.draw(torch.arange(6), 6, 50, torch.Generator().manual_seed(1)))
+    with pytest.raises(ValueError, match="group_ids=None"):
+        buffer.draw(None, 3, 50, torch.Generator())
 
 
 def test_state_resumes_exactly_and_checkpoints_load_with_weights_only(tmp_path):

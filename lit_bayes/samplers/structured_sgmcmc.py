@@ -149,6 +149,8 @@ class StructuredSGMCMC(SGMCMC):
         shapes = {name: tuple(p.shape) for name, p in self.template_parameters().items()}
         self.partition = build_partition(shapes, partition, num_groups, group_ids, seed)
         self.register_buffer("group_ids", self.partition.block_ids.clone(), persistent=False)
+        # group g is parameter g (fully factorised): masks and past indices need no expansion
+        self.groups_are_parameters = torch.equal(self.group_ids, torch.arange(self.group_ids.numel()))
         self.sample_buffer: SampleBuffer | None = None
         self.structure_generator: torch.Generator | None = None
         self._pending_structure_state: Tensor | None = None
@@ -220,7 +222,8 @@ class StructuredSGMCMC(SGMCMC):
         else:
             masks = self.mask_law.sample((chains, composites), groups, self.structure_generator,
                                          like.device, like.dtype)
-        tilde = self.sample_buffer.draw(self.group_ids, groups, composites, self.structure_generator)
+        group_ids = None if self.groups_are_parameters else self.group_ids
+        tilde = self.sample_buffer.draw(group_ids, groups, composites, self.structure_generator)
         return masks, tilde
 
     def structured_energy(self, x: Tensor, y: Tensor, masks: Tensor, tilde: Tensor) -> Tensor:
@@ -235,7 +238,7 @@ class StructuredSGMCMC(SGMCMC):
         chains = self.num_chains
         flat = torch.cat([p.reshape(chains, -1) for p in self.chains.as_dict().values()], dim=1)
         count = masks.shape[1]
-        keep = torch.gather(masks, 2, self.group_ids.expand(chains, count, -1))
+        keep = masks if self.groups_are_parameters else torch.gather(masks, 2, self.group_ids.expand(chains, count, -1))
         # lerp(θ̃, θ, r) = r θ + (1 - r) θ̃, exactly θ where r = 1 and θ̃ where r = 0
         composites = torch.lerp(tilde.detach(), flat.unsqueeze(1), keep)
         stacked = self.chains.unflatten(composites.reshape(chains * count, -1))
