@@ -240,7 +240,7 @@ def test_sampler_rejects_non_likelihood():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"optimizer": "rmsprop"}, r"optimizer must be one of \['adam', 'sgd'\], got 'rmsprop'"),
+        ({"optimizer": "rms_prop"}, r"optimizer must be one of \[.*'adam'.*'rmsprop'.*\], got 'rms_prop'"),
         ({"lr": 0.0}, "lr must be a positive number, got 0.0"),
         ({"lr": -0.1}, "lr must be a positive number, got -0.1"),
         ({"lr": "0.1"}, "lr must be a positive number, got '0.1'"),

@@ -1,4 +1,4 @@
-"""``MAP``: deterministic SGD/Adam training of the same posterior, the baseline."""
+"""``MAP``: deterministic training (Adam, SGD or any torch optimiser) of the same posterior, the baseline."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -6,7 +6,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from lit_bayes.optimizers import make_optimizer
+from lit_bayes.optimizers import check_optimizer_name, make_optimizer
 from lit_bayes.posterior import GaussianPrior, Likelihood
 from lit_bayes.samplers.base import SamplerModule
 
@@ -14,13 +14,17 @@ __all__ = ["MAP"]
 
 
 class MAP(SamplerModule):
-    """Maximum a posteriori training: minimise U(theta) / N with SGD or Adam.
+    """Maximum a posteriori training: minimise U(theta) / N with a torch optimiser.
 
     The loss is the energy of :mod:`lit_bayes.posterior` divided by ``num_data`` (the
     batch size with ``minibatch_scaling="sum"`` and no ``num_data``), so learning rates
     do not depend on the data size; its minimiser is the MAP estimate of
     the tempered posterior. With ``num_chains > 1`` the independently initialised chains
     form a deep ensemble. MAP keeps no samples: predictions use the current parameters.
+
+    ``optimizer`` is any ``torch.optim`` class by its lower-case name (``"adam"``, ``"sgd"``,
+    ``"adamw"``, ``"rmsprop"``, ...), ``lr`` its learning rate and ``optimizer_options`` its
+    other arguments.
     """
 
     def __init__(
@@ -28,7 +32,7 @@ class MAP(SamplerModule):
         model: nn.Module,
         likelihood: Likelihood,
         prior: GaussianPrior | None = None,
-        optimizer: Literal["sgd", "adam"] = "adam",
+        optimizer: str = "adam",
         lr: float = 1e-2,
         optimizer_options: dict[str, Any] | None = None,
         num_data: int | None = None,
@@ -43,8 +47,7 @@ class MAP(SamplerModule):
             model, likelihood, prior, num_data, temperature, minibatch_scaling,
             num_chains, 0, 1, seed, init, vectorize,
         )
-        if optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be one of ['adam', 'sgd'], got {optimizer!r}")
+        check_optimizer_name(optimizer)
         if not isinstance(lr, (int, float)) or not lr > 0:
             raise ValueError(f"lr must be a positive number, got {lr!r}")
         self.optimizer_name = optimizer
