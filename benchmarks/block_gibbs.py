@@ -7,12 +7,15 @@ the sweeps of each row (``--forward-repeats`` calls before every timed sweep), s
 of the machine's speed during the run moves both alike (on this 2-core machine the forward
 alone drifted between 2.6 and 4.5 ms from one run to the next). A sweep's cost is reported in
 those units: for one chain the whole sweep, for 8 and 32 chains per chain (sweep time / chains). Two splits: beta_1 = 10 (130 blocks,
-the paper's) and ``subblock_size=10`` in layer 1 (810 blocks, the reference code's).
+the paper's) and ``subblock_size=10`` in layer 1 (810 blocks, the reference code's). Paths:
+``incremental`` (eager), ``fused`` (``BlockGibbs(fused=True)``: the layers above a node block
+compiled into one kernel; its compilation falls in the untimed warm-up sweep, printed as
+``warm-up s``) and, for 1 chain and 130 blocks, ``naive`` (a full forward per block).
 
 Targets (issue 8): one chain <= 30 (130 blocks), <= 120 (810 blocks); 32 chains <= 6 and
 <= 30 per chain. Timings depend on the machine and its load: nothing here asserts on time.
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
-``--chains``, ``--threads``, ``--no-naive``).
+``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
 """
 from __future__ import annotations
 
@@ -54,16 +57,20 @@ def forward_seconds(x: torch.Tensor, y: torch.Tensor, repeats: int) -> float:
     return statistics.median(times)
 
 
-def seconds_per_sweep(split: str, num_chains: int, incremental: bool, sweeps: int, forward_repeats: int,
-                      x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, int, float]:
+def seconds_per_sweep(split: str, num_chains: int, path: str, sweeps: int, forward_repeats: int,
+                      x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, int, float, float]:
     """Median wall time of one sweep after one warm-up sweep, the median forward-equivalent timed
-    before each sweep, the block count, the acceptance rate."""
+    before each sweep, the block count, the acceptance rate, the warm-up sweep's time (with the
+    fused path's compilation)."""
     sampler = BlockGibbs(MLP(WIDTHS), Categorical(10), GaussianPrior(10.0), blocks="finer_node", **SPLITS[split],
-                         proposal_variance=VARIANCES, incremental=incremental, num_chains=num_chains, seed=0)
+                         proposal_variance=VARIANCES, incremental=path != "naive", fused=path == "fused",
+                         num_chains=num_chains, seed=0)
     sampler.setup("fit")
     stepper = sampler.configure_optimizers()
     sampler.layout()
+    start = time.perf_counter()
     stepper.step(lambda: sampler.block_target(x, y))  # warm-up
+    warm_up = time.perf_counter() - start
     times, forwards = [], []
     for _ in range(sweeps):
         forwards.append(forward_seconds(x, y, forward_repeats))
@@ -72,7 +79,7 @@ def seconds_per_sweep(split: str, num_chains: int, incremental: bool, sweeps: in
         times.append(time.perf_counter() - start)
     accepted, proposed = stepper.acceptance()
     return (statistics.median(times), statistics.median(forwards), sampler.partition.num_blocks,
-            float(accepted.double().mean()) / proposed)
+            float(accepted.double().mean()) / proposed, warm_up)
 
 
 def main() -> None:
@@ -82,27 +89,28 @@ def main() -> None:
     parser.add_argument("--forward-repeats", type=int, default=30, help="forward passes timed before each sweep")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-naive", action="store_true", help="skip the naive reference (1 chain, 130 blocks)")
+    parser.add_argument("--no-fused", action="store_true", help="skip the fused rows (BlockGibbs(fused=True))")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     x, y = data()
     print(f"MLP{tuple(WIDTHS)} sigmoid, batch {BATCH}, {args.threads} threads, median of {args.sweeps} sweeps "
           f"after 1 warm-up; fwd ms: the row's forward-equivalent (median of {args.forward_repeats} before each sweep)")
     print(f"{'blocks':>6} {'chains':>6} {'path':>11} {'s/sweep':>9} {'fwd ms':>7} {'fwd-eq/chain':>13} {'target':>7} "
-          f"{'accept':>7}")
+          f"{'accept':>7} {'warm-up s':>9}")
     rows = []
-    runs = [(split, chains, True) for split in SPLITS for chains in args.chains]
+    paths = ["incremental"] if args.no_fused else ["incremental", "fused"]
+    runs = [(split, chains, path) for split in SPLITS for chains in args.chains for path in paths]
     if not args.no_naive:
-        runs.append(("130", 1, False))
-    for split, chains, incremental in runs:
-        sec, fwd, blocks, rate = seconds_per_sweep(split, chains, incremental, args.sweeps, args.forward_repeats, x, y)
+        runs.append(("130", 1, "naive"))
+    for split, chains, path in runs:
+        sec, fwd, blocks, rate, warm_up = seconds_per_sweep(split, chains, path, args.sweeps, args.forward_repeats, x, y)
         per_chain = sec / chains / fwd
-        target = TARGETS.get((split, chains)) if incremental else None
-        path = "incremental" if incremental else "naive"
+        target = TARGETS.get((split, chains)) if path != "naive" else None
         rows.append({"blocks": blocks, "chains": chains, "path": path, "s_per_sweep": sec, "forward_equivalent_s": fwd,
-                     "fwd_equiv_per_chain": per_chain, "target": target, "accept": rate})
+                     "fwd_equiv_per_chain": per_chain, "target": target, "accept": rate, "warm_up_s": warm_up})
         shown = "-" if target is None else f"<= {target:g}"
         print(f"{blocks:>6} {chains:>6} {path:>11} {sec:>9.4f} {fwd * 1e3:>7.3f} {per_chain:>13.1f} {shown:>7} "
-              f"{rate:>7.3f}")
+              f"{rate:>7.3f} {warm_up:>9.1f}")
     ratio = None
     naive = next((r for r in rows if r["path"] == "naive"), None)
     fast = next((r for r in rows if r["path"] == "incremental" and r["blocks"] == 130 and r["chains"] == 1), None)

@@ -32,11 +32,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from lit_bayes.blocks import Partition
+
+if TYPE_CHECKING:
+    from lit_bayes.fused_tail import FusedTail
 
 __all__ = [
     "BlockPlan",
@@ -282,11 +286,21 @@ class IncrementalTarget(BlockTarget):
     them (:meth:`lit_bayes.posterior.Likelihood.log_prob_`); ``x`` is the
     batch's inputs, shared by every chain. Caches are feature-major, ``(C, out_j, B)``, so a
     node's column is a contiguous row and the small per-layer products are fast.
+
+    With ``fused`` (a :class:`lit_bayes.fused_tail.FusedTail`) and the batch's ``target``, node
+    blocks of the layers it fuses evaluate the rank-one update, the layers above and the
+    likelihood in one compiled kernel, and an accepted block applies the rank-one update to
+    the cache of layer j + 1 at commit.
     """
 
     def __init__(self, plans, prior_variances, scale, temperature, stack: LinearStack,
-                 log_likelihood: Callable[[Tensor], Tensor], x: Tensor) -> None:
+                 log_likelihood: Callable[[Tensor], Tensor], x: Tensor, fused: FusedTail | None = None,
+                 target: Tensor | None = None) -> None:
         super().__init__(plans, prior_variances, scale, temperature)
+        if (fused is None) != (target is None):
+            raise ValueError("fused (a FusedTail) and target (the batch targets) go together")
+        self.fused, self.target = fused, target
+        self._rank_one: tuple[Tensor, Tensor] | None = None  # a fused proposal's w_{j+1}[:, k] and dh
         if stack.flatten and x.dim() > 2:
             x = x.flatten(1)
         if x.dim() != 2 or x.shape[1] != stack.layers[0].in_features:
@@ -391,8 +405,13 @@ class IncrementalTarget(BlockTarget):
             return self._output_likelihood(g, scratch=True)
         h_column = self.stack.activations[j](column)
         # layer j + 1 by a rank-one update: g_{j+1} + w_{j+1}[:, k] (h_jk' - h_jk) (Eq. 3.2)
-        w_column = self._weight(self.state, j + 1)[:, :, k:k + 1]
-        g_above = torch.baddbmm(self.pre[j + 1], w_column, (h_column - self.post[j][:, k]).unsqueeze(1),
+        w_column, dh = self._weight(self.state, j + 1)[:, :, k:k + 1], h_column - self.post[j][:, k]
+        if self.fused is not None and self.fused.fuses(j):
+            self._cache = (j, (k, column, h_column), [], [])  # the layers above go stale
+            self._rank_one = (w_column, dh)  # applied to g_{j+1} of the accepting chains at commit
+            log_lik = self.fused(j, self.state, self.pre[j + 1], w_column.squeeze(2), dh, self.target)
+            return self.reduce(log_lik)
+        g_above = torch.baddbmm(self.pre[j + 1], w_column, dh.unsqueeze(1),
                                 out=self._buffer("next", j + 1, self.pre[j + 1]))
         self._cache = (j, (k, column, h_column), [g_above], [])  # the layers above go stale
         output = self._tail(j + 1, g_above)
@@ -407,6 +426,10 @@ class IncrementalTarget(BlockTarget):
             if h_column is not None:
                 torch.where(keep, h_column, self.post[j][:, k], out=self.post[j][:, k])
                 self._valid = j + 2  # layer j + 1 is kept below; the ones above are stale
+            if self._rank_one is not None:  # a fused proposal: layer j + 1 takes its rank-one update now
+                w_column, dh = self._rank_one
+                self.pre[j + 1].baddbmm_(w_column, torch.where(keep, dh, 0.0).unsqueeze(1))
+                self._rank_one = None
             j += 1  # pres and posts start at the layer above
         rejected = (~accept).nonzero().squeeze(1) if accept.device.type == "cpu" else None
         for l, g in enumerate(pres, start=j):

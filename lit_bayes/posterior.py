@@ -24,15 +24,16 @@ exp(-energy) for the energy returned by :meth:`Posterior.energy`, which already 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lit_bayes.logspace import logsumexp
+from lit_bayes.logspace import exp, logsumexp
 from lit_bayes.unchanged import DerivedFrom
 
 __all__ = [
@@ -71,6 +72,13 @@ class Likelihood(nn.Module):
         """``forward(output, target)``, free to overwrite ``output`` (a scratch tensor the caller
         drops), which saves a temporary as large as it where a subclass makes use of that."""
         return self(output, target)
+
+    def log_prob_units(self, units: Sequence[Tensor], target: Tensor) -> Tensor:
+        """``forward`` of outputs given unit by unit, one ``(..., B)`` tensor per output unit.
+
+        For compiled code that keeps every step elementwise in the points
+        (:mod:`lit_bayes.fused_tail`); here the units are stacked into one output."""
+        return self(torch.stack(list(units), dim=-1), target)
 
     def check_target(self, target: Tensor, name: str = "target") -> None:
         """Raise ``ValueError`` naming ``name`` if ``target`` is not valid for this likelihood."""
@@ -152,6 +160,18 @@ class Categorical(Likelihood):
         # class_log_probs entry, without all of them
         picked = self.target_logits(output, target)
         return picked - logsumexp(output, -1, overwrite=overwrite)
+
+    def log_prob_units(self, units: Sequence[Tensor], target: Tensor) -> Tensor:
+        """``forward`` on the logits given class by class, ``(..., B)`` each: the same logsumexp
+        (maximum shifted out and clamped, ``exp`` through ``exp2``) and the target's logit
+        picked by ``where``, all elementwise in the points."""
+        if len(units) != self.num_classes:
+            raise ValueError(f"got {len(units)} output units, Categorical expects num_classes={self.num_classes}")
+        largest = torch.finfo(units[0].dtype).max
+        top = functools.reduce(torch.maximum, units).clamp(-largest, largest)
+        total = functools.reduce(torch.add, [exp(u - top) for u in units])
+        picked = functools.reduce(torch.add, [torch.where(target == c, u, 0.0) for c, u in enumerate(units)])
+        return picked - (total.log() + top)
 
 
 class Bernoulli(Likelihood):

@@ -2,6 +2,7 @@
 incremental path against the naive one, reverted rejections, adaptation, exact resume."""
 import math
 import os
+import pickle
 
 import lightning as L
 import pytest
@@ -71,6 +72,40 @@ def test_incremental_path_matches_full_forward_reference(case):
     assert torch.equal(fast_acc, ref_acc) and torch.equal(fast_state, ref_state)
     assert 0 < fast_acc.sum() < fast_acc.numel() * 6  # both accepts and rejects happened
     torch.testing.assert_close(fast_energy, ref_energy, rtol=1e-6, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["finer_node_categorical", "node_bernoulli", "sequential_tanh_no_bias"])
+def test_fused_tail_matches_the_eager_incremental_path(case):
+    """BlockGibbs(fused=True) (the layers above a node block compiled into one kernel): the same
+    decisions and states as the eager incremental path, energies to float tolerance."""
+    runs = []
+    for fused in (True, False):
+        spec = dict(CASES[case])
+        classes = 2 if isinstance(spec["likelihood"], Bernoulli) else 3
+        in_dim = 2 if classes == 2 else 5
+        sampler, stepper = sampler_and_stepper(**spec, prior=GaussianPrior(2.0), proposal_variance=0.05,
+                                               fused=fused, num_chains=5, seed=4)
+        energies = [stepper.step(lambda: sampler.block_target(x, y)) for x, y in batches(6, 40, in_dim, classes)]
+        runs.append((sampler.chains.flat(), stepper.acceptance()[0], torch.stack(energies)))
+        if fused:  # every layer but the output layer takes the fused path
+            layers = len(sampler.stack.layers)
+            assert [sampler.fused_tail.fuses(j) for j in range(layers)] == [True] * (layers - 1) + [False]
+            assert set(sampler.fused_tail._kernels) == set(range(layers - 1))
+            assert pickle.loads(pickle.dumps(sampler)).fused_tail._kernels == {}  # kernels are not pickled
+    (fused_state, fused_acc, fused_energy), (ref_state, ref_acc, ref_energy) = runs
+    assert torch.equal(fused_acc, ref_acc) and torch.equal(fused_state, ref_state)
+    assert 0 < fused_acc.sum() < fused_acc.numel() * 6
+    torch.testing.assert_close(fused_energy, ref_energy, rtol=1e-6, atol=1e-4)
+
+
+def test_fused_tail_keeps_wide_upper_layers_eager():
+    """Above ``max_terms`` unrolled products a layer's node blocks keep the eager path."""
+    sampler = BlockGibbs(MLP([3, 40, 40, 2]), Categorical(2), blocks="node", fused=True)
+    tail = sampler.fused_tail
+    assert [tail.terms(j) for j in range(2)] == [40 + 2 * 40, 2] and tail.max_terms == 1024
+    assert [tail.fuses(j) for j in range(3)] == [True, True, False]
+    narrow = type(tail)(sampler.stack, Categorical(2), max_terms=100)
+    assert [narrow.fuses(j) for j in range(3)] == [False, True, False]
 
 
 @pytest.mark.parametrize("incremental", [True, False])
@@ -173,6 +208,8 @@ def test_per_layer_and_per_block_variances():
     (dict(likelihood=Gaussian(1.0, learn_noise=True)), "likelihood Gaussian has parameters"),
     (dict(blocks=modulo_partition(10, 2)), "blocks partitions 10 parameters, the model has 13"),
     (dict(model=nn.Sequential(nn.Linear(2, 3), nn.Dropout(), nn.Linear(3, 1))), "pass incremental=False"),
+    (dict(fused=True, incremental=False), "fused must be True or False and needs incremental=True"),
+    (dict(fused="yes"), "fused must be True or False"),
 ])
 def test_invalid_arguments_raise_clear_errors(kwargs, message):
     spec = dict(model=MLP([2, 3, 1]), likelihood=Bernoulli(), blocks="node")

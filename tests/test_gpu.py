@@ -9,7 +9,7 @@ from lit_bayes import (
 )
 from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, UncertaintyMetrics
 from lit_bayes.data import LinearRegression
-from lit_bayes.models import NoisyMLP, PartialMLP
+from lit_bayes.models import MLP, NoisyMLP, PartialMLP
 from lit_bayes.predictive import marginal_predictive
 
 pytestmark = pytest.mark.gpu
@@ -25,6 +25,8 @@ SAMPLERS = {
     "hmc": lambda: HMC(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), num_chains=4, burn_in=5),
     "mala": lambda: MALA(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), num_chains=4, burn_in=5),
     "block_gibbs": lambda: BlockGibbs(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), num_chains=4, burn_in=5),
+    "block_gibbs_fused": lambda: BlockGibbs(MLP([3, 4, 4, 1]), Gaussian(1.0), GaussianPrior(1.0), fused=True,
+                                            num_chains=4, burn_in=5),
     "structured": lambda: StructuredSGMCMC(nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), step_size=1e-3,
                                            mode="dropout", partition="fully_factorised", num_chains=4, burn_in=5),
     "ohsmc": lambda: OHSMC(PartialMLP([3, 4, 3, 1], 1), Gaussian(1.0), num_particles=64, burn_in=5),

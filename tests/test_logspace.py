@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from lit_bayes import Categorical, logspace
+from lit_bayes import Bernoulli, Categorical, logspace
 
 INF = math.inf
 
@@ -58,3 +58,20 @@ def test_categorical_reads_class_major_outputs_as_gather_and_sees_new_labels():
     torch.testing.assert_close(likelihood(outputs, labels), reference)
     with torch.inference_mode():
         torch.testing.assert_close(likelihood(outputs, labels.clone()), reference)
+
+
+def test_log_prob_units_equals_forward_for_every_likelihood():
+    """The unit-by-unit log-likelihood (the FNBG fused path's) equals ``forward`` on the stacked
+    outputs: Categorical's own elementwise form, including infinite logits, and the stacking default."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 40, 4, generator=gen) * 20
+    logits[0, :3] = torch.tensor([[-INF, 0.0, 1.0, 2.0], [-INF, -INF, -INF, -INF], [1e30, 3e38, -3e38, 0.0]])
+    labels = torch.randint(4, (40,), generator=gen)
+    labels[:3] = torch.tensor([0, 1, 1])
+    categorical = Categorical(4)
+    torch.testing.assert_close(categorical.log_prob_units(logits.unbind(-1), labels), categorical(logits, labels),
+                               equal_nan=True)
+    with pytest.raises(ValueError, match="got 3 output units, Categorical expects num_classes=4"):
+        categorical.log_prob_units(logits.unbind(-1)[:3], labels)
+    binary, bits = torch.randn(3, 40, 1, generator=gen), torch.randint(2, (40,), generator=gen)
+    torch.testing.assert_close(Bernoulli().log_prob_units(binary.unbind(-1), bits), Bernoulli()(binary, bits))

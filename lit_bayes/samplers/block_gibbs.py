@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_bayes.blocks import Partition, finer_node_partition, layer_partition, node_partition
+from lit_bayes.fused_tail import FusedTail
 from lit_bayes.incremental import (
     BlockPlan,
     BlockTarget,
@@ -70,6 +71,11 @@ class BlockGibbs(SamplerModule):
         target_accept: the adaptation's target acceptance rate.
         incremental: cached-activation evaluation (:class:`lit_bayes.incremental.IncrementalTarget`);
             ``False`` is the naive full-forward reference, needed for other architectures.
+        fused: with ``incremental``, node blocks evaluate the layers above them and the
+            likelihood in one kernel compiled by ``torch.compile``
+            (:class:`lit_bayes.fused_tail.FusedTail`; needs a compiler, compiles for seconds per
+            layer on the first sweep; for narrow upper layers, as the paper's MLPs). The same
+            values up to float rounding.
 
     Defaults follow the paper: the raw batch sum (``minibatch_scaling="sum"``) and
     initial states drawn from the prior. Only the network is sampled: the likelihood must
@@ -89,6 +95,7 @@ class BlockGibbs(SamplerModule):
         adapt: bool = False,
         target_accept: float = 0.3,
         incremental: bool = True,
+        fused: bool = False,
         num_data: int | None = None,
         temperature: float = 1.0,
         minibatch_scaling: Literal["rescaled", "sum"] = "sum",
@@ -123,6 +130,10 @@ class BlockGibbs(SamplerModule):
         }
         BlockMetropolis([torch.zeros(1, 1)], **self.stepper_options)  # validate now
         self.stack: LinearStack | None = linear_stack(model) if incremental else None
+        if not isinstance(fused, bool) or fused and not incremental:
+            raise ValueError(f"fused must be True or False and needs incremental=True, got fused={fused!r}, "
+                             f"incremental={incremental!r}")
+        self.fused_tail = FusedTail(self.stack, likelihood) if fused else None
         self.prior_variances = torch.cat([torch.full((p.numel(),), self.prior.variance_of(n), dtype=torch.float64)
                                           for n, p in self.template_parameters().items()])
         self._layout: tuple[Any, list[BlockPlan], Tensor] | None = None
@@ -162,7 +173,8 @@ class BlockGibbs(SamplerModule):
         scale = self.posterior.likelihood_scale(x.shape[0])
         options = (*self.layout(), scale, self.posterior.temperature)
         if self.stack is not None:
-            return IncrementalTarget(*options, self.stack, lambda output: self.likelihood.log_prob_(output, y), x)
+            return IncrementalTarget(*options, self.stack, lambda output: self.likelihood.log_prob_(output, y), x,
+                                     self.fused_tail, y if self.fused_tail is not None else None)
 
         def log_likelihood(flat: Tensor) -> Tensor:
             params = self.chains.unflatten(flat)
