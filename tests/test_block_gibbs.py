@@ -55,57 +55,43 @@ CASES = {
 }
 
 
+def run_case(case, **options):
+    """Six sweeps of CASES[case] with 5 chains: the sampler, its final states, its acceptance
+    counts and the energies after every sweep."""
+    spec = dict(CASES[case])
+    classes = 2 if isinstance(spec["likelihood"], Bernoulli) else 3
+    in_dim = 2 if classes == 2 else 5
+    sampler, stepper = sampler_and_stepper(**spec, prior=GaussianPrior(2.0), proposal_variance=0.05, num_chains=5,
+                                           seed=4, **options)
+    energies = [stepper.step(lambda: sampler.block_target(x, y)) for x, y in batches(6, 40, in_dim, classes)]
+    return sampler, sampler.chains.flat(), stepper.acceptance()[0], torch.stack(energies)
+
+
+def assert_same_chains(run, reference):
+    """Identical accept/reject decisions and bit-identical states (both accepts and rejects
+    happened); energies to float tolerance (the sums differ in rounding)."""
+    (_, state, accepted, energy), (_, ref_state, ref_accepted, ref_energy) = run, reference
+    assert torch.equal(accepted, ref_accepted) and torch.equal(state, ref_state)
+    assert 0 < accepted.sum() < accepted.numel() * 6
+    torch.testing.assert_close(energy, ref_energy, rtol=1e-6, atol=1e-4)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_incremental_path_matches_full_forward_reference(case):
-    """Same seed: identical accept/reject decisions and bit-identical states; the cached
-    energies agree with the naive ones to float tolerance (the sums differ in rounding)."""
-    runs = []
-    for incremental in (True, False):
-        spec = dict(CASES[case])
-        classes = 2 if isinstance(spec["likelihood"], Bernoulli) else 3
-        in_dim = 2 if classes == 2 else 5
-        sampler, stepper = sampler_and_stepper(**spec, prior=GaussianPrior(2.0), proposal_variance=0.05,
-                                               incremental=incremental, num_chains=5, seed=4)
-        energies = [stepper.step(lambda: sampler.block_target(x, y)) for x, y in batches(6, 40, in_dim, classes)]
-        runs.append((sampler.chains.flat(), stepper.acceptance()[0], torch.stack(energies)))
-    (fast_state, fast_acc, fast_energy), (ref_state, ref_acc, ref_energy) = runs
-    assert torch.equal(fast_acc, ref_acc) and torch.equal(fast_state, ref_state)
-    assert 0 < fast_acc.sum() < fast_acc.numel() * 6  # both accepts and rejects happened
-    torch.testing.assert_close(fast_energy, ref_energy, rtol=1e-6, atol=1e-4)
+    """Same seed: the cached-activation path makes the naive path's decisions and states."""
+    assert_same_chains(run_case(case, incremental=True), run_case(case, incremental=False))
 
 
 @pytest.mark.parametrize("case", ["finer_node_categorical", "node_bernoulli", "sequential_tanh_no_bias"])
 def test_fused_tail_matches_the_eager_incremental_path(case):
     """BlockGibbs(fused=True) (the layers above a node block compiled into one kernel): the same
     decisions and states as the eager incremental path, energies to float tolerance."""
-    runs = []
-    for fused in (True, False):
-        spec = dict(CASES[case])
-        classes = 2 if isinstance(spec["likelihood"], Bernoulli) else 3
-        in_dim = 2 if classes == 2 else 5
-        sampler, stepper = sampler_and_stepper(**spec, prior=GaussianPrior(2.0), proposal_variance=0.05,
-                                               fused=fused, num_chains=5, seed=4)
-        energies = [stepper.step(lambda: sampler.block_target(x, y)) for x, y in batches(6, 40, in_dim, classes)]
-        runs.append((sampler.chains.flat(), stepper.acceptance()[0], torch.stack(energies)))
-        if fused:  # every layer but the output layer takes the fused path
-            layers = len(sampler.stack.layers)
-            assert [sampler.fused_tail.fuses(j) for j in range(layers)] == [True] * (layers - 1) + [False]
-            assert set(sampler.fused_tail._kernels) == set(range(layers - 1))
-            assert pickle.loads(pickle.dumps(sampler)).fused_tail._kernels == {}  # kernels are not pickled
-    (fused_state, fused_acc, fused_energy), (ref_state, ref_acc, ref_energy) = runs
-    assert torch.equal(fused_acc, ref_acc) and torch.equal(fused_state, ref_state)
-    assert 0 < fused_acc.sum() < fused_acc.numel() * 6
-    torch.testing.assert_close(fused_energy, ref_energy, rtol=1e-6, atol=1e-4)
-
-
-def test_fused_tail_keeps_wide_upper_layers_eager():
-    """Above ``max_terms`` unrolled products a layer's node blocks keep the eager path."""
-    sampler = BlockGibbs(MLP([3, 40, 40, 2]), Categorical(2), blocks="node", fused=True)
-    tail = sampler.fused_tail
-    assert [tail.terms(j) for j in range(2)] == [40 + 2 * 40, 2] and tail.max_terms == 1024
-    assert [tail.fuses(j) for j in range(3)] == [True, True, False]
-    narrow = type(tail)(sampler.stack, Categorical(2), max_terms=100)
-    assert [narrow.fuses(j) for j in range(3)] == [False, True, False]
+    fused = run_case(case, fused=True)
+    assert_same_chains(fused, run_case(case, fused=False))
+    tail, layers = fused[0].fused_tail, len(fused[0].stack.layers)
+    assert [tail.fuses(j) for j in range(layers)] == [True] * (layers - 1) + [False]  # all but the output layer
+    assert set(tail._kernels) == set(range(layers - 1))
+    assert pickle.loads(pickle.dumps(fused[0])).fused_tail._kernels == {}  # kernels are not pickled
 
 
 @pytest.mark.parametrize("incremental", [True, False])
