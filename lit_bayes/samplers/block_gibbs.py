@@ -73,9 +73,11 @@ class BlockGibbs(SamplerModule):
             ``False`` is the naive full-forward reference, needed for other architectures.
         fused: with ``incremental``, node blocks evaluate the layers above them and the
             likelihood in one kernel compiled by ``torch.compile``
-            (:class:`lit_bayes.fused_tail.FusedTail`; needs a compiler, compiles for seconds per
-            layer on the first sweep; for narrow upper layers, as the paper's MLPs). The same
-            values up to float rounding.
+            (:class:`lit_bayes.fused_tail.FusedTail`; the same values up to float rounding).
+            It needs a C++ compiler on CPU and compiles for seconds per layer on the first
+            sweep; it pays off for many chains on large batches with narrow upper layers (the
+            paper's MLP(784, 10, 10, 10, 10), batch 3000, 32 chains: sweeps ~1.5x faster on CPU
+            with 130 blocks, ~1.1x with 810), not for one chain or tiny networks.
 
     Defaults follow the paper: the raw batch sum (``minibatch_scaling="sum"``) and
     initial states drawn from the prior. Only the network is sampled: the likelihood must
