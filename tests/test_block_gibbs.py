@@ -1,5 +1,6 @@
 """BlockGibbs / BlockMetropolis (FNBG spec §2, §8): exactness on a conjugate target, the
-incremental path against the naive one, reverted rejections, adaptation, exact resume."""
+incremental path against the naive one and the fused path against the eager one, reverted
+rejections, adaptation, exact resume."""
 import math
 import os
 import pickle

@@ -1,4 +1,5 @@
-"""The exp2-based log-space reductions and the class-major label read equal torch's own."""
+"""The exp2-based log-space reductions, the class-major label read and the unit-by-unit
+likelihood equal torch's own (or the likelihood's forward)."""
 from __future__ import annotations
 
 import math
