@@ -91,8 +91,7 @@ class FusedTail:
         """Per-point log-likelihoods ``(C, B)`` for a node block of ``layer``; ``state`` ``(C, P)``
         holds the (unchanged) weights of the layers above."""
         above = self.stack.layers[layer + 2:]
-        weights = [state[:, l.weight].view(-1, l.out_features, l.in_features) for l in above]
-        biases = [None if l.bias is None else state[:, l.bias] for l in above]
+        weights, biases = [l.weights(state) for l in above], [l.biases(state) for l in above]
         activations = self.stack.activations[layer + 1:]
         return self._kernel(layer)(pre_above, w_column, dh, weights, biases, activations, self.likelihood, target)
 

@@ -67,6 +67,14 @@ class LinearLayer:
     out_features: int
     in_features: int
 
+    def weights(self, state: Tensor) -> Tensor:
+        """This layer's weights in every chain's flat state ``(C, P)``: ``(C, out, in)``, a view."""
+        return state[:, self.weight].view(-1, self.out_features, self.in_features)
+
+    def biases(self, state: Tensor) -> Tensor | None:
+        """This layer's biases in every chain's flat state: ``(C, out)``, a view (None without bias)."""
+        return None if self.bias is None else state[:, self.bias]
+
 
 @dataclass(frozen=True)
 class LinearStack:
@@ -319,17 +327,12 @@ class IncrementalTarget(BlockTarget):
         # tensors at every block cost more in page faults than the arithmetic on CPU
         self._scratch: dict[tuple[str, int], Tensor] = {}
 
-    def _weight(self, state: Tensor, j: int) -> Tensor:
-        """w_j of every chain, ``(C, out_j, in_j)`` (a view of ``state``)."""
-        layer = self.stack.layers[j]
-        return state[:, layer.weight].view(-1, layer.out_features, layer.in_features)
-
     def _linear(self, state: Tensor, j: int, h: Tensor | None, out: Tensor | None = None) -> Tensor:
         """g_j = w_j h_{j-1} + b_j for every chain, ``(C, out_j, B)``; ``h`` None is the shared input.
         ``out`` (with ``h``) receives the result."""
         layer = self.stack.layers[j]
-        weight = self._weight(state, j)
-        bias = state[:, layer.bias, None] if layer.bias is not None else None
+        weight, bias = layer.weights(state), layer.biases(state)
+        bias = None if bias is None else bias.unsqueeze(-1)
         if h is None:  # one GEMM for all chains, without copying x per chain
             g = (weight.reshape(-1, layer.in_features) @ self.xt).view(weight.shape[0], layer.out_features, -1)
             return g if bias is None else g.add_(bias)
@@ -405,7 +408,7 @@ class IncrementalTarget(BlockTarget):
             return self._output_likelihood(g, scratch=True)
         h_column = self.stack.activations[j](column)
         # layer j + 1 by a rank-one update: g_{j+1} + w_{j+1}[:, k] (h_jk' - h_jk) (Eq. 3.2)
-        w_column, dh = self._weight(self.state, j + 1)[:, :, k:k + 1], h_column - self.post[j][:, k]
+        w_column, dh = self.stack.layers[j + 1].weights(self.state)[:, :, k:k + 1], h_column - self.post[j][:, k]
         if self.fused is not None and self.fused.fuses(j):
             self._cache = (j, (k, column, h_column), [], [])  # the layers above go stale
             self._rank_one = (w_column, dh)  # applied to g_{j+1} of the accepting chains at commit
