@@ -7,12 +7,14 @@ way to the same values. These reductions dominate the likelihood of every classi
 """
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["exp", "logsumexp"]
+__all__ = ["exp", "logsumexp", "logsumexp_units"]
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -28,6 +30,15 @@ def logsumexp(x: Tensor, dim: int, keepdim: bool = False, overwrite: bool = Fals
     total = shifted.mul_(LOG2E).exp2_().sum(dim, keepdim=True)
     out = total.log() + m
     return out if keepdim else out.squeeze(dim)
+
+
+def logsumexp_units(units: Sequence[Tensor]) -> Tensor:
+    """:func:`logsumexp` over a list of same-shaped tensors (one per unit) instead of a dimension:
+    the same maximum shift and clamp, elementwise throughout (for code compiled into one loop,
+    :mod:`lit_bayes.fused_tail`)."""
+    largest = torch.finfo(units[0].dtype).max
+    m = functools.reduce(torch.maximum, units).clamp(-largest, largest)
+    return functools.reduce(torch.add, [exp(u - m) for u in units]).log() + m
 
 
 def exp(x: Tensor) -> Tensor:

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lit_bayes.logspace import exp, logsumexp
+from lit_bayes.logspace import logsumexp, logsumexp_units
 from lit_bayes.unchanged import DerivedFrom
 
 __all__ = [
@@ -162,16 +162,12 @@ class Categorical(Likelihood):
         return picked - logsumexp(output, -1, overwrite=overwrite)
 
     def log_prob_units(self, units: Sequence[Tensor], target: Tensor) -> Tensor:
-        """``forward`` on the logits given class by class, ``(..., B)`` each: the same logsumexp
-        (maximum shifted out and clamped, ``exp`` through ``exp2``) and the target's logit
-        picked by ``where``, all elementwise in the points."""
+        """``forward`` on the logits given class by class, ``(..., B)`` each: the target's logit
+        picked by ``where`` minus the same logsumexp over the units, all elementwise in the points."""
         if len(units) != self.num_classes:
             raise ValueError(f"got {len(units)} output units, Categorical expects num_classes={self.num_classes}")
-        largest = torch.finfo(units[0].dtype).max
-        top = functools.reduce(torch.maximum, units).clamp(-largest, largest)
-        total = functools.reduce(torch.add, [exp(u - top) for u in units])
         picked = functools.reduce(torch.add, [torch.where(target == c, u, 0.0) for c, u in enumerate(units)])
-        return picked - (total.log() + top)
+        return picked - logsumexp_units(units)
 
 
 class Bernoulli(Likelihood):
