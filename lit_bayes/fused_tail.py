@@ -9,7 +9,9 @@ chains and B = 3000 a block streams ~25 MB through the caches for a few hundred 
 Written unit by unit on ``(C, B)`` slices, every step is elementwise in the points (the layer
 products become sums of d terms ``w[:, o, i] * h_i``), so ``torch.compile`` emits one vectorised
 loop over chains and points that keeps a point's activations in registers and writes only the
-``(C, B)`` log-likelihoods. The unrolled graph has sum_l d_l d_{l-1} terms: the fused path is for
+node's new activations ``(C, B)`` and every chain's summed log-likelihood (the node's own
+activation and the float64 sum are in the loop too; the sigmoid is taken through ``exp2``,
+inductor's own calls the slower ``exp``). The unrolled graph has sum_l d_l d_{l-1} terms: the fused path is for
 the narrow layers above the first (the paper's MLP(784, 10, 10, 10, 10): 210 terms for a block
 of layer 1) and is capped by ``max_terms``; wider stacks keep the eager path.
 
@@ -24,25 +26,32 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from lit_bayes import logspace
 from lit_bayes.incremental import LinearStack
 from lit_bayes.posterior import Likelihood
 
-__all__ = ["FusedTail", "tail_log_likelihood"]
+__all__ = ["FusedTail", "compilable", "tail_log_likelihood"]
 
 
-def tail_log_likelihood(pre_above: Tensor, w_column: Tensor, dh: Tensor, weights: Sequence[Tensor],
-                        biases: Sequence[Tensor | None], activations: Sequence[nn.Module],
-                        likelihood: Likelihood, target: Tensor) -> Tensor:
-    """Per-point log-likelihoods ``(C, B)`` after a rank-one change of one layer's pre-activations.
+def tail_log_likelihood(column: Tensor, start: Tensor, pre_above: Tensor, w_column: Tensor,
+                        weights: Sequence[Tensor], biases: Sequence[Tensor | None],
+                        activations: Sequence[Callable[[Tensor], Tensor]], likelihood: Likelihood,
+                        target: Tensor) -> tuple[Tensor, Tensor]:
+    """Summed log-likelihoods ``(C,)`` (float64) after one node's pre-activations change to ``column``,
+    and that node's new activations ``(C, B)``.
 
-    ``pre_above`` ``(C, d, B)``: the current pre-activations of layer j + 1; ``w_column``
-    ``(C, d)`` and ``dh`` ``(C, B)``: the rank-one term ``w_column ⊗ dh`` (Eq. 3.2); ``weights``
-    ``(C, d_out, d_in)``, ``biases`` ``(C, d_out)`` and ``activations`` of the layers above
-    (``activations[l]`` is applied before ``weights[l]``); ``likelihood`` a
-    :class:`lit_bayes.posterior.Likelihood`, given the outputs unit by unit (``log_prob_units``).
+    ``column`` ``(C, B)``: the node's new pre-activations g_jk'; ``activations[0]`` gives
+    h_jk' from it. ``pre_above`` ``(C, d, B)``: pre-activations of layer j + 1 computed with
+    h_jk = ``start``, so that layer becomes ``pre_above + w_column ⊗ (h_jk' - start)`` (Eq. 3.2;
+    ``w_column`` ``(C, d)``). ``weights`` ``(C, d_out, d_in)``, ``biases`` ``(C, d_out)`` and
+    ``activations[1:]`` are the layers above (``activations[l + 1]`` is applied before
+    ``weights[l]``); ``likelihood`` a :class:`lit_bayes.posterior.Likelihood`, given the outputs
+    unit by unit (``log_prob_units``).
     """
+    h_column = activations[0](column)
+    dh = h_column - start
     units = [pre_above[:, i] + w_column[:, i, None] * dh for i in range(pre_above.shape[1])]
-    for weight, bias, activation in zip(weights, biases, activations):
+    for weight, bias, activation in zip(weights, biases, activations[1:]):
         hidden = [activation(u) for u in units]
         units = []
         for o in range(weight.shape[1]):
@@ -51,7 +60,13 @@ def tail_log_likelihood(pre_above: Tensor, w_column: Tensor, dh: Tensor, weights
                 term = weight[:, o, i, None] * h
                 total = term if total is None else total + term
             units.append(total)
-    return likelihood.log_prob_units(units, target)
+    return likelihood.log_prob_units(units, target).sum(-1, dtype=torch.float64), h_column
+
+
+def compilable(activation: nn.Module) -> Callable[[Tensor], Tensor]:
+    """``activation`` as the fused tail evaluates it: the sigmoid through ``exp2``
+    (:func:`lit_bayes.logspace.sigmoid`), others as they are."""
+    return logspace.sigmoid if isinstance(activation, nn.Sigmoid) else activation
 
 
 class FusedTail:
@@ -86,25 +101,32 @@ class FusedTail:
         """Whether node blocks of ``layer`` take the fused path (not the output layer; within ``max_terms``)."""
         return layer + 1 < len(self.stack.layers) and self.terms(layer) <= self.max_terms
 
-    def __call__(self, layer: int, state: Tensor, pre_above: Tensor, w_column: Tensor, dh: Tensor,
-                 target: Tensor) -> Tensor:
-        """Per-point log-likelihoods ``(C, B)`` for a node block of ``layer``; ``state`` ``(C, P)``
-        holds the (unchanged) weights of the layers above."""
+    def __call__(self, layer: int, state: Tensor, column: Tensor, start: Tensor, pre_above: Tensor,
+                 w_column: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+        """:func:`tail_log_likelihood` for a node block of ``layer``; ``state`` ``(C, P)`` holds the
+        (unchanged) weights of the layers above."""
         above = self.stack.layers[layer + 2:]
         weights, biases = [l.weights(state) for l in above], [l.biases(state) for l in above]
-        activations = self.stack.activations[layer + 1:]
-        return self._kernel(layer)(pre_above, w_column, dh, weights, biases, activations, self.likelihood, target)
+        return self._kernel(layer)(column, start, pre_above, w_column, weights, biases, target)
 
     def __getstate__(self) -> dict:
         """Pickled without the compiled kernels (they compile again on first use)."""
         return {**self.__dict__, "_kernels": {}}
 
-    def _kernel(self, layer: int) -> Callable[..., Tensor]:
-        """The compiled tail of ``layer``: ``torch.compile`` of a copy of :func:`tail_log_likelihood`
+    def _kernel(self, layer: int) -> Callable[..., tuple[Tensor, Tensor]]:
+        """The compiled tail of ``layer``: ``torch.compile`` of :func:`tail_log_likelihood` with the
+        layer's activations and the likelihood bound (not guarded at every call), in a function
         with a code object of its own."""
         kernel = self._kernels.get(layer)
         if kernel is None:
-            code = tail_log_likelihood.__code__.replace()  # equal, but a distinct object
-            copy = types.FunctionType(code, tail_log_likelihood.__globals__, tail_log_likelihood.__name__)
+            activations = [compilable(a) for a in self.stack.activations[layer:]]
+            likelihood = self.likelihood
+
+            def tail(column, start, pre_above, w_column, weights, biases, target):
+                return tail_log_likelihood(column, start, pre_above, w_column, weights, biases, activations,
+                                           likelihood, target)
+
+            code = tail.__code__.replace()  # equal, but a distinct object
+            copy = types.FunctionType(code, tail.__globals__, tail.__name__, closure=tail.__closure__)
             kernel = self._kernels[layer] = torch.compile(copy)
         return kernel

@@ -218,7 +218,11 @@ class BlockTarget:
 
     def reduce(self, log_lik: Tensor) -> Tensor:
         """Likelihood energy -s * sum_i log p(y_i | ...) / T of per-point values ``(C, B)``."""
-        return -self.scale * log_lik.sum(-1, dtype=torch.float64) / self.temperature
+        return self.energy_of(log_lik.sum(-1, dtype=torch.float64))
+
+    def energy_of(self, total: Tensor) -> Tensor:
+        """Likelihood energy of summed log-likelihoods ``(C,)`` float64."""
+        return -self.scale * total / self.temperature
 
     def current(self, block: int) -> Tensor:
         """The current values of ``block`` in every chain, ``(C, size)``."""
@@ -297,8 +301,8 @@ class IncrementalTarget(BlockTarget):
 
     With ``fused`` (a :class:`lit_bayes.fused_tail.FusedTail`) and the batch's ``target``, node
     blocks of the layers it fuses evaluate the rank-one update, the layers above and the
-    likelihood in one compiled kernel, and an accepted block applies the rank-one update to
-    the cache of layer j + 1 at commit.
+    likelihood in one compiled kernel; the cache of layer j + 1 takes the rank-one update of a
+    run of accepted blocks in one node once, when the scan leaves that node.
     """
 
     def __init__(self, plans, prior_variances, scale, temperature, stack: LinearStack,
@@ -308,7 +312,10 @@ class IncrementalTarget(BlockTarget):
         if (fused is None) != (target is None):
             raise ValueError("fused (a FusedTail) and target (the batch targets) go together")
         self.fused, self.target = fused, target
-        self._rank_one: tuple[Tensor, Tensor] | None = None  # a fused proposal's w_{j+1}[:, k] and dh
+        # fused node blocks of one node (j, k) in a row leave g_{j+1} behind: it holds the layer for
+        # h_jk = the kept column here, and takes the accumulated rank-one update once, at the next
+        # other block (one pass over g_{j+1} per node instead of one per accepted block)
+        self._lag: tuple[int, int, Tensor] | None = None
         if stack.flatten and x.dim() > 2:
             x = x.flatten(1)
         if x.dim() != 2 or x.shape[1] != stack.layers[0].in_features:
@@ -373,6 +380,7 @@ class IncrementalTarget(BlockTarget):
         return self.reduce(self.log_likelihood(output if scratch else output.clone()))
 
     def _reset_likelihood(self, state: Tensor) -> Tensor:
+        self._lag = None
         self.pre, self.post = self._upward(state, 0, self._linear(state, 0, None), None)
         self._valid = len(self.pre)
         return self._output_likelihood(self.pre[-1])
@@ -384,8 +392,19 @@ class IncrementalTarget(BlockTarget):
             self.pre[l] = self._linear(self.state, l, self.post[l - 1])
         self._valid = max(self._valid, upto + 1)
 
+    def _catch_up(self) -> None:
+        """Apply the rank-one update g_{j+1} += w_{j+1}[:, k] (h_jk - h_jk at the lag's start) that
+        fused blocks of node (j, k) left pending (Eq. 3.2)."""
+        j, k, start = self._lag
+        w_column = self.stack.layers[j + 1].weights(self.state)[:, :, k:k + 1]
+        self.pre[j + 1].baddbmm_(w_column, (self.post[j][:, k] - start).unsqueeze(1))
+        self._lag = None
+
     def _propose_likelihood(self, plan: BlockPlan, values: Tensor, delta: Tensor) -> Tensor:
         j, last = plan.layer, len(self.stack.layers) - 1
+        fused = plan.node is not None and self.fused is not None and j < last and self.fused.fuses(j)
+        if self._lag is not None and not (fused and self._lag[:2] == (j, plan.node)):
+            self._catch_up()
         self._refresh(last if plan.node is None else min(j + 1, last))
         if plan.node is None:  # not inside one node: recompute from layer j with the proposal
             proposed = self.state.clone()
@@ -406,14 +425,17 @@ class IncrementalTarget(BlockTarget):
             g[:, k] = column
             self._cache = (j, (k, column, None), [], [])
             return self._output_likelihood(g, scratch=True)
-        h_column = self.stack.activations[j](column)
         # layer j + 1 by a rank-one update: g_{j+1} + w_{j+1}[:, k] (h_jk' - h_jk) (Eq. 3.2)
-        w_column, dh = self.stack.layers[j + 1].weights(self.state)[:, :, k:k + 1], h_column - self.post[j][:, k]
-        if self.fused is not None and self.fused.fuses(j):
+        w_column = self.stack.layers[j + 1].weights(self.state)[:, :, k:k + 1]
+        if fused:
+            if self._lag is None:
+                self._lag = (j, k, self.post[j][:, k].clone())
+            total, h_column = self.fused(j, self.state, column, self._lag[2], self.pre[j + 1], w_column.squeeze(2),
+                                         self.target)
             self._cache = (j, (k, column, h_column), [], [])  # the layers above go stale
-            self._rank_one = (w_column, dh)  # applied to g_{j+1} of the accepting chains at commit
-            log_lik = self.fused(j, self.state, self.pre[j + 1], w_column.squeeze(2), dh, self.target)
-            return self.reduce(log_lik)
+            return self.energy_of(total)
+        h_column = self.stack.activations[j](column)
+        dh = h_column - self.post[j][:, k]
         g_above = torch.baddbmm(self.pre[j + 1], w_column, dh.unsqueeze(1),
                                 out=self._buffer("next", j + 1, self.pre[j + 1]))
         self._cache = (j, (k, column, h_column), [g_above], [])  # the layers above go stale
@@ -428,11 +450,7 @@ class IncrementalTarget(BlockTarget):
             torch.where(keep, column, self.pre[j][:, k], out=self.pre[j][:, k])
             if h_column is not None:
                 torch.where(keep, h_column, self.post[j][:, k], out=self.post[j][:, k])
-                self._valid = j + 2  # layer j + 1 is kept below; the ones above are stale
-            if self._rank_one is not None:  # a fused proposal: layer j + 1 takes its rank-one update now
-                w_column, dh = self._rank_one
-                self.pre[j + 1].baddbmm_(w_column, torch.where(keep, dh, 0.0).unsqueeze(1))
-                self._rank_one = None
+                self._valid = j + 2  # layer j + 1 is kept below (or lags); the ones above are stale
             j += 1  # pres and posts start at the layer above
         rejected = (~accept).nonzero().squeeze(1) if accept.device.type == "cpu" else None
         for l, g in enumerate(pres, start=j):

@@ -45,6 +45,16 @@ def test_exp_equals_torch_exp_up_to_the_rounding_of_x_log2e():
     assert (relative <= (x.double().abs() + 1) * 2.0**-23).all()  # float32: eps |x| from x log2 e
 
 
+def test_sigmoid_equals_torch_sigmoid_up_to_the_rounding_of_x_log2e():
+    x = torch.linspace(-87.0, 87.0, 2001)  # beyond, both flush to 0 (tested below) or round to 1
+    expected = torch.sigmoid(x.double())
+    for sigmoid in (logspace.sigmoid, torch.compile(logspace.sigmoid)):
+        relative = (sigmoid(x).double() / expected - 1).abs()
+        assert (relative <= (x.double().abs() + 2) * 2.0**-23).all()
+        edges = torch.tensor([INF, -INF, math.nan, -100.0, 100.0])
+        torch.testing.assert_close(sigmoid(edges), torch.tensor([1.0, 0.0, math.nan, 0.0, 1.0]), equal_nan=True)
+
+
 def test_categorical_reads_class_major_outputs_as_gather_and_sees_new_labels():
     gen = torch.Generator().manual_seed(2)
     likelihood = Categorical(4)
