@@ -41,9 +41,14 @@ def full_forward_energy(sampler, x, y):
     return naive.reset(sampler.chains.flat())
 
 
-def batches(num, size, in_dim, classes, seed=0):
+def sized_batches(sizes, in_dim, classes, seed=0):
+    """One batch of random inputs and labels per entry of ``sizes``."""
     gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn(size, in_dim, generator=gen), torch.randint(classes, (size,), generator=gen)) for _ in range(num)]
+    return [(torch.randn(n, in_dim, generator=gen), torch.randint(classes, (n,), generator=gen)) for n in sizes]
+
+
+def batches(num, size, in_dim, classes, seed=0):
+    return sized_batches([size] * num, in_dim, classes, seed)
 
 
 CASES = {
@@ -56,15 +61,15 @@ CASES = {
 }
 
 
-def run_case(case, **options):
-    """Six sweeps of CASES[case] with 5 chains: the sampler, its final states, its acceptance
-    counts and the energies after every sweep."""
+def run_case(case, sizes=(40,) * 6, **options):
+    """Sweeps of CASES[case] with 5 chains on batches of ``sizes``: the sampler, its final states,
+    its acceptance counts and the energies after every sweep."""
     spec = dict(CASES[case])
     classes = 2 if isinstance(spec["likelihood"], Bernoulli) else 3
     in_dim = 2 if classes == 2 else 5
     sampler, stepper = sampler_and_stepper(**spec, prior=GaussianPrior(2.0), proposal_variance=0.05, num_chains=5,
                                            seed=4, **options)
-    energies = [stepper.step(lambda: sampler.block_target(x, y)) for x, y in batches(6, 40, in_dim, classes)]
+    energies = [stepper.step(lambda: sampler.block_target(x, y)) for x, y in sized_batches(sizes, in_dim, classes)]
     return sampler, sampler.chains.flat(), stepper.acceptance()[0], torch.stack(energies)
 
 
@@ -93,6 +98,14 @@ def test_fused_tail_matches_the_eager_incremental_path(case):
     assert [tail.fuses(j) for j in range(layers)] == [True] * (layers - 1) + [False]  # all but the output layer
     assert set(tail._kernels) == set(range(layers - 1))
     assert pickle.loads(pickle.dumps(fused[0])).fused_tail._kernels == {}  # kernels are not pickled
+
+
+def test_fused_tail_follows_a_changing_batch_size():
+    """The compiled tail recompiles for a new batch size (dynamic shapes) and keeps making the
+    eager path's decisions."""
+    sizes = (40, 30, 40, 25, 50, 17)
+    assert_same_chains(run_case("finer_node_categorical", sizes, fused=True),
+                       run_case("finer_node_categorical", sizes, fused=False))
 
 
 @pytest.mark.parametrize("incremental", [True, False])
