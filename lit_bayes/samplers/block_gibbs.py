@@ -75,9 +75,10 @@ class BlockGibbs(SamplerModule):
             likelihood in one kernel compiled by ``torch.compile``
             (:class:`lit_bayes.fused_tail.FusedTail`; the same values up to float rounding).
             It needs a C++ compiler on CPU and compiles for seconds per layer on the first
-            sweep; it pays off for many chains on large batches with narrow upper layers (the
-            paper's MLP(784, 10, 10, 10, 10), batch 3000, 32 chains: sweeps ~1.5x faster on CPU
-            with 130 blocks, ~1.1x with 810), not for one chain or tiny networks.
+            sweep; it pays off on large batches with narrow upper layers, for many chains or
+            many blocks per node (the paper's MLP(784, 10, 10, 10, 10), batch 3000, on CPU:
+            32 chains ~1.45x faster sweeps with 130 and with 810 blocks, one chain ~1.2x with
+            810), not for tiny networks.
 
     Defaults follow the paper: the raw batch sum (``minibatch_scaling="sum"``) and
     initial states drawn from the prior. Only the network is sampled: the likelihood must
