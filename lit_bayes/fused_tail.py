@@ -11,9 +11,9 @@ products become sums of d terms ``w[:, o, i] * h_i``), so ``torch.compile`` emit
 loop over chains and points that keeps a point's activations in registers and writes only the
 node's new activations ``(C, B)`` and every chain's summed log-likelihood (the node's own
 activation and the float64 sum are in the loop too; the sigmoid is taken through ``exp2``,
-inductor's own calls the slower ``exp``). The unrolled graph has sum_l d_l d_{l-1} terms: the fused path is for
-the narrow layers above the first (the paper's MLP(784, 10, 10, 10, 10): 210 terms for a block
-of layer 1) and is capped by ``max_terms``; wider stacks keep the eager path.
+inductor's own calls the slower ``exp``). The unrolled graph has sum_l d_l d_{l-1} terms: the
+fused path is for the narrow layers above the first (the paper's MLP(784, 10, 10, 10, 10): 210
+terms for a block of layer 1) and is capped by ``max_terms``; wider stacks keep the eager path.
 
 It needs a working ``torch.compile`` backend (on CPU a C++ compiler); the first call of each
 layer compiles (seconds). Values equal the eager path's up to float rounding (tested).

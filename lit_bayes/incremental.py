@@ -312,9 +312,9 @@ class IncrementalTarget(BlockTarget):
         if (fused is None) != (target is None):
             raise ValueError("fused (a FusedTail) and target (the batch targets) go together")
         self.fused, self.target = fused, target
-        # fused node blocks of one node (j, k) in a row leave g_{j+1} behind: it holds the layer for
-        # h_jk = the kept column here, and takes the accumulated rank-one update once, at the next
-        # other block (one pass over g_{j+1} per node instead of one per accepted block)
+        # (j, k, start): after fused blocks of node k of layer j, g_{j+1} is still the layer for
+        # h_jk = start; it takes the accumulated rank-one update w_{j+1}[:, k] (h_jk - start) once,
+        # before any block of another node (one pass over g_{j+1} per node, not per accepted block)
         self._lag: tuple[int, int, Tensor] | None = None
         if stack.flatten and x.dim() > 2:
             x = x.flatten(1)
