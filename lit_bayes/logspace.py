@@ -37,8 +37,8 @@ def logsumexp(x: Tensor, dim: int, keepdim: bool = False, overwrite: bool = Fals
 
 def logsumexp_units(units: Sequence[Tensor]) -> Tensor:
     """:func:`logsumexp` over a list of same-shaped tensors (one per unit) instead of a dimension:
-    the same maximum shift and clamp, elementwise throughout (for code compiled into one loop,
-    :mod:`lit_bayes.fused_tail`)."""
+    the same maximum shift and clamp, elementwise throughout, the exponentials by :func:`exp2`
+    (for code compiled into one loop, :mod:`lit_bayes.fused_tail`)."""
     largest = torch.finfo(units[0].dtype).max
     m = functools.reduce(torch.maximum, units).clamp(-largest, largest)
     return functools.reduce(torch.add, [exp2((u - m) * LOG2E) for u in units]).log() + m
