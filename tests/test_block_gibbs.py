@@ -351,21 +351,13 @@ def test_mnist_fnbg_recipe_runs_end_to_end_on_tiny_idx_files(tmp_path):
     here in the on-disk format (24 train, 12 test images of random pixels): summary.json
     holds the test accuracy and the per-layer acceptance rates."""
     import json
-    import struct
     from pathlib import Path
 
-    import numpy as np
-
     from lit_bayes.cli import main
+    from tests.test_data import write_mnist
 
     torch.set_num_threads(1)
-    raw = tmp_path / "data" / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    for prefix, n, seed in (("train", 24, 0), ("t10k", 12, 1)):
-        images = np.random.default_rng(seed).integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
-        labels = np.arange(n, dtype=np.uint8) % 10
-        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
-        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + labels.tobytes())
+    write_mnist(tmp_path / "data", "MNIST")
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "fnbg" / "mnist_fnbg.yaml"
     main(["fit", "-c", str(recipe), "--trainer.default_root_dir", str(tmp_path / "runs"), "--wandb", "false",
           "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3", "--trainer.enable_progress_bar", "false",

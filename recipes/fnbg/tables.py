@@ -4,6 +4,7 @@
     python recipes/fnbg/tables.py length        # Table 3: accuracy from the last 1K/10K/20K/30K draws
     python recipes/fnbg/tables.py augment       # Table 4: rotated / blurred / inverted training sets
     ... --sweeps 2200 for a short run (paper: 110,000), --datasets mnist, --root data, --out runs/fnbg
+    ... --resume: every cell continues from its newest last.ckpt under --out (a stopped or killed grid)
 
 Each cell is one chain of recipes/fnbg/mnist_fnbg.yaml (batch size B: floor(60000 / B) batches
 per epoch, as in the reference code). Writes <out>/<grid>.json with every cell and the paper's value.
@@ -15,7 +16,7 @@ import json
 from pathlib import Path
 
 import torchvision.transforms as T
-from common import HERE, chain_accuracies, fit, scaled, show, summary
+from common import HERE, chain_accuracies, fit, last_checkpoint, scaled, show, summary
 
 CONFIG = HERE / "mnist_fnbg.yaml"
 VARIANCES = {600: [5e-2, 5e-4, 5e-4, 5e-5], 1800: [2e-2, 2e-4, 2e-4, 2e-5],
@@ -35,13 +36,12 @@ AUGMENT = {"none": None, "rotation": T.RandomRotation((-30, 30)),
 
 
 def run(dataset: str, batch: int, sweeps: int, args, extra=(), transform=None):
-    per_epoch = 60_000 // batch
+    per_epoch, root = 60_000 // batch, Path(args.out) / dataset / str(batch)
     overrides = ["--data.init_args.name", dataset, "--data.init_args.root", args.root,
                  "--data.init_args.batch_size", str(batch), "--trainer.limit_train_batches", str(per_epoch),
                  "--model.init_args.proposal_variance", json.dumps(VARIANCES[batch]),
-                 "--trainer.default_root_dir", str(Path(args.out) / dataset / str(batch)), *scaled(sweeps, per_epoch),
-                 *extra]
-    return fit(CONFIG, overrides, transform)
+                 "--trainer.default_root_dir", str(root), *scaled(sweeps, per_epoch), *extra]
+    return fit(CONFIG, overrides, transform, ckpt_path=last_checkpoint(root) if args.resume else None)
 
 
 def batch_grid(args) -> list[dict]:
@@ -93,6 +93,7 @@ if __name__ == "__main__":
     parser.add_argument("--datasets", nargs="+", default=["mnist", "fashion_mnist"], choices=["mnist", "fashion_mnist"])
     parser.add_argument("--root", default="data")
     parser.add_argument("--out", default="runs/fnbg")
+    parser.add_argument("--resume", action="store_true", help="continue every cell from its newest last.ckpt")
     arguments = parser.parse_args()
     results = GRIDS[arguments.grid](arguments)
     Path(arguments.out).mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,10 @@ PAPER_NOTE = "paper values are from the seed's tables; ESS/IAC use other estimat
 
 def mixing(trace: Tensor, num_coords: int = 1000, seed: int = 0) -> dict[str, float]:
     """Median bulk ESS and Sokal IAC over a fixed random subset of the coordinates of
-    ``trace`` ``(chains, draws, P)``."""
+    ``trace`` ``(chains, draws, P)``. ``ess_median`` pools the chains, so chains that sit in
+    different modes (a network's weights never agree across chains) hold it near the number of
+    chains whatever the sampler; ``ess_within_median`` is the mean over chains of each chain's
+    own ESS, how fast a chain decorrelates where it is."""
     num_params = trace.shape[-1]
     if num_params > num_coords:
         picks = torch.randperm(num_params, generator=torch.Generator().manual_seed(seed))[:num_coords]
@@ -47,6 +50,7 @@ def mixing(trace: Tensor, num_coords: int = 1000, seed: int = 0) -> dict[str, fl
     trace = trace[..., varying]
     return {
         "ess_median": float(torch.as_tensor(ess_bulk(trace)).median()),
+        "ess_within_median": float(torch.stack([torch.as_tensor(ess_bulk(chain[None])) for chain in trace]).mean(0).median()),
         "iac_median": float(torch.as_tensor(integrated_autocorrelation_time(trace)).median()),
         "draws_per_chain": int(trace.shape[1]),
         "coords": int(trace.shape[-1]),

@@ -1,0 +1,34 @@
+"""recipes/fnbg/tables.py at a tiny length on MNIST idx files of random pixels: the Table 3 grid
+runs end to end, and ``--resume`` picks a finished cell up from its checkpoint (chain and
+sample store) instead of sampling it again."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.test_data import write_mnist
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+TABLES = Path(__file__).resolve().parents[1] / "recipes" / "fnbg" / "tables.py"
+
+
+def test_length_grid_runs_and_resume_reuses_the_finished_chain(tmp_path):
+    # the script takes 60,000 / B batches per epoch, so the training file has MNIST's size
+    write_mnist(tmp_path / "data", "MNIST", n_train=60_000, n_test=50)
+    out = tmp_path / "runs"
+    command = [sys.executable, str(TABLES), "length", "--sweeps", "30", "--datasets", "mnist",
+               "--root", str(tmp_path / "data"), "--out", str(out)]
+    subprocess.run(command, check=True, capture_output=True, env=ENV)
+    first = json.loads((out / "length.json").read_text())
+    # 30 sweeps ask for 2 epochs of 20 batches: 40 sweeps, 2 of them burn-in, the last 28 kept
+    assert [cell["last"] for cell in first] == [28] * 4
+    assert [cell["paper_last"] for cell in first] == [1000, 10000, 20000, 30000]
+    assert [cell["paper_accuracy"] for cell in first] == [88.31, 90.75, 91.12, 91.20]
+    assert all(0.0 <= cell["accuracy"] <= 100.0 for cell in first)
+
+    subprocess.run([*command, "--resume"], check=True, capture_output=True, env=ENV)
+    assert json.loads((out / "length.json").read_text()) == first
+    resumed = out / "mnist" / "3000" / "version_1"
+    assert json.loads((resumed / "summary.json").read_text())["steps"] == 40
+    assert not (resumed / "checkpoints").exists()  # restored at its end: no epoch ran, so none was saved
