@@ -1,6 +1,6 @@
 """recipes/fnbg/tables.py at a tiny length on MNIST idx files of random pixels: the Table 3 grid
-runs end to end, and ``--resume`` picks a finished cell up from its checkpoint (chain and
-sample store) instead of sampling it again."""
+runs end to end, the Table 2 grid on chosen batch sizes, and ``--resume`` picks a finished cell
+up from its checkpoint (chain and sample store) instead of sampling it again."""
 import json
 import os
 import subprocess
@@ -32,3 +32,17 @@ def test_length_grid_runs_and_resume_reuses_the_finished_chain(tmp_path):
     resumed = out / "mnist" / "3000" / "version_1"
     assert json.loads((resumed / "summary.json").read_text())["steps"] == 40
     assert not (resumed / "checkpoints").exists()  # restored at its end: no epoch ran, so none was saved
+
+
+def test_batch_grid_runs_the_chosen_batch_sizes(tmp_path):
+    write_mnist(tmp_path / "data", "MNIST", n_train=60_000, n_test=50)
+    out = tmp_path / "runs"
+    subprocess.run([sys.executable, str(TABLES), "batch", "--batches", "600", "--sweeps", "110", "--datasets", "mnist",
+                    "--root", str(tmp_path / "data"), "--out", str(out)], check=True, capture_output=True, env=ENV)
+    (cell,) = json.loads((out / "batch.json").read_text())
+    assert (cell["dataset"], cell["batch"], cell["paper_accuracy"]) == ("mnist", 600, 85.99)
+    assert cell["paper_accept"] == [45.56, 26.43, 26.28, 29.18]  # Table 5, B = 600
+    assert len(cell["accept"]) == 4 and all(0.0 < rate < 100.0 for rate in cell["accept"])
+    assert 0.0 <= cell["accuracy"] <= 100.0
+    (summary,) = (out / "mnist" / "600").rglob("summary.json")
+    assert json.loads(summary.read_text())["steps"] == 200  # 110 sweeps ask for 2 epochs of 100 batches

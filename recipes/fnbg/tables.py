@@ -1,6 +1,6 @@
 """FNBG MNIST/FMNIST grids (spec fnbg.md §4): run them and print ours beside the paper's.
 
-    python recipes/fnbg/tables.py batch         # Table 2 accuracy + Tables 5/6 acceptance by layer
+    python recipes/fnbg/tables.py batch         # Table 2 accuracy + Tables 5/6 acceptance by layer (--batches 600 3000)
     python recipes/fnbg/tables.py length        # Table 3: accuracy from the last 1K/10K/20K/30K draws
     python recipes/fnbg/tables.py augment       # Table 4: rotated / blurred / inverted training sets
     ... --sweeps 2200 for a short run (paper: 110,000), --datasets mnist, --root data, --out runs/fnbg
@@ -47,7 +47,7 @@ def run(dataset: str, batch: int, sweeps: int, args, extra=(), transform=None):
 def batch_grid(args) -> list[dict]:
     cells = []
     for dataset in args.datasets:
-        for batch in VARIANCES:
+        for batch in args.batches:
             metrics = summary(run(dataset, batch, args.sweeps, args))["metrics"]
             ours = [100 * metrics[f"accept/layer_net.layers.{j}"] for j in range(4)]
             cells.append({"dataset": dataset, "batch": batch, "accuracy": 100 * metrics["test/accuracy"],
@@ -91,6 +91,8 @@ if __name__ == "__main__":
     parser.add_argument("grid", choices=sorted(GRIDS))
     parser.add_argument("--sweeps", type=int, default=110_000)
     parser.add_argument("--datasets", nargs="+", default=["mnist", "fashion_mnist"], choices=["mnist", "fashion_mnist"])
+    parser.add_argument("--batches", nargs="+", type=int, default=list(VARIANCES), choices=list(VARIANCES),
+                        help="Table 2's batch sizes to run (the batch grid)")
     parser.add_argument("--root", default="data")
     parser.add_argument("--out", default="runs/fnbg")
     parser.add_argument("--resume", action="store_true", help="continue every cell from its newest last.ckpt")
