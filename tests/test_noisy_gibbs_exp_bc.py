@@ -1,5 +1,4 @@
 """The noisy-gibbs Exp. B script (spec §6.2) and the Exp. C MNIST MLP recipe (spec §6.3) at tiny sizes."""
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -8,6 +7,7 @@ import torch
 import yaml
 
 from lit_bayes.cli import main
+from tests.script_modules import load_script
 from tests.test_data import write_mnist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,10 +15,7 @@ RECIPES = ROOT / "recipes" / "noisy_gibbs"
 
 
 def load_exp_b():
-    spec = importlib.util.spec_from_file_location("exp_b", RECIPES / "exp_b.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("exp_b", RECIPES / "exp_b.py")
 
 
 def test_exp_b_merge_rule_and_paper_hyperparameters():

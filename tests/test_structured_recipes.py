@@ -1,6 +1,5 @@
 """recipes/structured: the mixing summary (pooled and per-chain ESS) and the Fig. 3 MNIST script
 end to end on MNIST idx files of random pixels."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -9,16 +8,10 @@ from pathlib import Path
 
 import torch
 
+from tests.script_modules import load_script
 from tests.test_data import write_mnist
 
 STRUCTURED = Path(__file__).resolve().parents[1] / "recipes" / "structured"
-
-
-def load_common():
-    spec = importlib.util.spec_from_file_location("structured_common", STRUCTURED / "common.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_per_chain_ess_sees_independent_draws_that_the_pooled_ess_does_not():
@@ -28,7 +21,7 @@ def test_per_chain_ess_sees_independent_draws_that_the_pooled_ess_does_not():
     draws = 400
     trace = torch.randn(4, draws, 30, generator=torch.Generator().manual_seed(0))
     trace += 50.0 * torch.arange(4.0)[:, None, None]
-    result = load_common().mixing(trace)
+    result = load_script("structured_common", STRUCTURED / "common.py").mixing(trace)
     assert result["coords"] == 30 and result["draws_per_chain"] == draws
     assert 0.7 * draws < result["ess_within_median"] < 1.3 * draws
     assert result["ess_median"] < 10
