@@ -4,7 +4,7 @@ Mixing metrics (spec §5, §7 item 10). The paper computes ESS with TensorFlow P
 and IAC with a hand-written FFT estimator, on unstated quantities. Here both are computed
 per parameter coordinate on the kept draws of every chain: ESS is the rank-normalised
 bulk ESS of Vehtari et al. (2021) (:func:`lit_bayes.diagnostics.ess_bulk`, pooled over
-chains), IAC is Sokal's integrated autocorrelation time with the automatic window
+chains, and per chain), IAC is Sokal's integrated autocorrelation time with the automatic window
 (:func:`lit_bayes.diagnostics.integrated_autocorrelation_time`, autocorrelations averaged
 over chains). Both are summarised by their median over a fixed random subset of
 coordinates (all of them when there are fewer). Neither matches the paper's numbers'
@@ -38,9 +38,9 @@ PAPER_NOTE = "paper values are from the seed's tables; ESS/IAC use other estimat
 def mixing(trace: Tensor, num_coords: int = 1000, seed: int = 0) -> dict[str, float]:
     """Median bulk ESS and Sokal IAC over a fixed random subset of the coordinates of
     ``trace`` ``(chains, draws, P)``. ``ess_median`` pools the chains, so chains that sit in
-    different modes (a network's weights never agree across chains) hold it near the number of
-    chains whatever the sampler; ``ess_within_median`` is the mean over chains of each chain's
-    own ESS, how fast a chain decorrelates where it is."""
+    different modes (networks from different starts seldom agree weight by weight) hold it near
+    the number of chains whatever the sampler; ``ess_within_median`` is the mean over chains of
+    each chain's own ESS, how fast a chain decorrelates where it is."""
     num_params = trace.shape[-1]
     if num_params > num_coords:
         picks = torch.randperm(num_params, generator=torch.Generator().manual_seed(seed))[:num_coords]

@@ -19,7 +19,7 @@ the mixing of the samplers where no MNIST files exist, and says so in its output
 
 Examples:
     python recipes/structured/mnist_mlp.py --root data                   # the paper's grid (GPU)
-    python recipes/structured/mnist_mlp.py --root data --stepper sgld --lr 1e-5 --epochs 30 --chains 4 \
+    python recipes/structured/mnist_mlp.py --root data --stepper sgld --lr 1e-5 --epochs 30 --chains 4 \\
         --s-groups "" --groups 32,all --keep-probs 0.5,0.1 --num-masks 4 --trace-draws 1800   # reduced size
     python recipes/structured/mnist_mlp.py --data synthetic --stepper sgld --lr 1e-4 \\
         --epochs 300 --num-train 2000 --s-groups "" --groups all --keep-probs 0.5 --num-masks 4
