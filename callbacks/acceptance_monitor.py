@@ -26,7 +26,8 @@ class AcceptanceMonitor(Callback):
     the sampler's ``burn_in``), per block, node and layer, averaged over chains. The
     running overall rate is in the progress bar; ``summary_metrics()`` gives
     ``accept/overall`` and ``accept/layer_<label>`` (window rates once there is a window)
-    for summary.json. The window's starting counts are checkpointed.
+    for summary.json. The window's starting counts and the latest counts are checkpointed,
+    so a run restored at its end (no further step) still reports its rates.
     """
 
     def __init__(self) -> None:
@@ -72,7 +73,8 @@ class AcceptanceMonitor(Callback):
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"window_start": self.window_start}
+        return {"window_start": self.window_start, "last": self.last}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.window_start = state_dict["window_start"]
+        self.last = state_dict.get("last")  # absent from checkpoints written before it was kept

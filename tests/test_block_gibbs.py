@@ -257,7 +257,8 @@ def fit_xor(root, epochs, ckpt_path=None):
 
 def test_resumed_chain_equals_uninterrupted_chain(tmp_path):
     """24 sweeps == 12 sweeps + checkpoint + 12 (adaptation runs until sweep 16, across the
-    checkpoint): states, kept draws, adapted variances and per-block counts bit for bit."""
+    checkpoint): states, kept draws, adapted variances and per-block counts bit for bit; the
+    acceptance rates also survive a restore that runs no sweep."""
     full, full_samples, full_monitor = fit_xor(str(tmp_path / "full"), 6)
     fit_xor(str(tmp_path / "split"), 3)
     resumed, resumed_samples, resumed_monitor = fit_xor(str(tmp_path / "split"), 6,
@@ -272,6 +273,11 @@ def test_resumed_chain_equals_uninterrupted_chain(tmp_path):
     assert full_monitor.rates() == resumed_monitor.rates()
     assert set(full_monitor.rates()["layer"]) == {"net.layers.0", "net.layers.1"}
     assert len(full_monitor.rates()["node"]) == 4
+    # restored at its end, no sweep runs: the rates still come back from the checkpoint
+    finished, _, finished_monitor = fit_xor(str(tmp_path / "split"), 6,
+                                            ckpt_path=str(tmp_path / "split" / "ckpt" / "last.ckpt"))
+    assert finished.global_step == 24
+    assert finished_monitor.summary_metrics() == full_monitor.summary_metrics() != {}
 
 
 def _naive_single_site_sweeps(widths, flat, prior_var, proposal_var, generator, data):
