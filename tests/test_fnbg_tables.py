@@ -7,18 +7,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.test_data import write_mnist
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 TABLES = Path(__file__).resolve().parents[1] / "recipes" / "fnbg" / "tables.py"
 
 
-def test_length_grid_runs_and_resume_reuses_the_finished_chain(tmp_path):
-    # the script takes 60,000 / B batches per epoch, so the training file has MNIST's size
-    write_mnist(tmp_path / "data", "MNIST", n_train=60_000, n_test=50)
+@pytest.fixture(scope="module")
+def mnist_root(tmp_path_factory) -> Path:
+    """The script takes 60,000 / B batches per epoch, so the training file has MNIST's size."""
+    root = tmp_path_factory.mktemp("data")
+    write_mnist(root, "MNIST", n_train=60_000, n_test=50)
+    return root
+
+
+def test_length_grid_runs_and_resume_reuses_the_finished_chain(mnist_root, tmp_path):
     out = tmp_path / "runs"
     command = [sys.executable, str(TABLES), "length", "--sweeps", "30", "--datasets", "mnist",
-               "--root", str(tmp_path / "data"), "--out", str(out)]
+               "--root", str(mnist_root), "--out", str(out)]
     subprocess.run(command, check=True, capture_output=True, env=ENV)
     first = json.loads((out / "length.json").read_text())
     # 30 sweeps ask for 2 epochs of 20 batches: 40 sweeps, 2 of them burn-in, the last 28 kept
@@ -34,11 +42,10 @@ def test_length_grid_runs_and_resume_reuses_the_finished_chain(tmp_path):
     assert not (resumed / "checkpoints").exists()  # restored at its end: no epoch ran, so none was saved
 
 
-def test_batch_grid_runs_the_chosen_batch_sizes(tmp_path):
-    write_mnist(tmp_path / "data", "MNIST", n_train=60_000, n_test=50)
+def test_batch_grid_runs_the_chosen_batch_sizes(mnist_root, tmp_path):
     out = tmp_path / "runs"
     subprocess.run([sys.executable, str(TABLES), "batch", "--batches", "600", "--sweeps", "110", "--datasets", "mnist",
-                    "--root", str(tmp_path / "data"), "--out", str(out)], check=True, capture_output=True, env=ENV)
+                    "--root", str(mnist_root), "--out", str(out)], check=True, capture_output=True, env=ENV)
     (cell,) = json.loads((out / "batch.json").read_text())
     assert (cell["dataset"], cell["batch"], cell["paper_accuracy"]) == ("mnist", 600, 85.99)
     assert cell["paper_accept"] == [45.56, 26.43, 26.28, 29.18]  # Table 5, B = 600
