@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
 import yaml
 
 from lit_bayes.cli import main
@@ -47,3 +48,39 @@ def test_exp_a_script_prints_ours_beside_the_paper(tmp_path):
     table = json.loads((tmp_path / "exp_a.json").read_text())
     assert table["zeros"]["steps"] == 20 and table["zeros"]["paper"]["informed_test_mse"] == 1.5e-4
     assert table["zeros"]["ours"]["records"] == 11.0 and table["zeros"]["trace"][0][0] == 0
+
+
+def test_released_teacher_matches_the_released_informed_log():
+    """The paper's Exp. A teacher redrawn from its script's seeds: the first row of the released
+    informed log (|W1|, |W2|, mean squared noiseless training output), and labels that follow eq. 7
+    from the exposed latents with noise of variance Delta."""
+    sys.path.insert(0, str(RECIPES))
+    try:
+        from released_teacher import DELTA, ReleasedExpATeacher
+    finally:
+        sys.path.remove(str(RECIPES))
+    data = ReleasedExpATeacher()
+    splits = data.load()
+    first, second = data.teacher.layers
+    assert abs(first.weight.norm().item() - 3.1136) < 1e-4 and abs(second.weight.norm().item() - 0.98691) < 1e-5
+    x, y = splits["train"]
+    assert x.shape == (2084, 50) and splits["test"][0].shape == (2000, 50) and splits["val"][0].shape == (0, 50)
+    assert abs(data.teacher(x).square().mean().item() - 0.36279) < 1e-5
+    latents = data.train_latents
+    z_noise = latents["z2"] - (x @ first.weight.T + first.bias)
+    x_noise = latents["x2"] - latents["z2"].relu()
+    y_noise = y - (latents["x2"] @ second.weight.T + second.bias)[:, 0]
+    for noise in (z_noise, x_noise, y_noise):
+        assert abs(noise.var().item() / DELTA - 1) < 0.1
+    assert torch.allclose(splits["test"][1], data.teacher(splits["test"][0])[:, 0])
+
+
+def test_exp_a_script_runs_on_the_released_data(tmp_path):
+    subprocess.run(
+        [sys.executable, str(RECIPES / "run_exp_a.py"), "--inits", "zeros", "--steps", "4", "--every", "2",
+         "--data", "released", "--root", str(tmp_path)],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    )
+    config = yaml.safe_load((tmp_path / "zeros" / "exp_a.yaml").read_text())
+    assert config["data"]["class_path"] == "released_teacher.ReleasedExpATeacher"
+    assert json.loads((tmp_path / "exp_a.json").read_text())["zeros"]["steps"] == 4

@@ -3,6 +3,7 @@
     python recipes/noisy_gibbs/run_exp_a.py                      # the recipe: 200,000 sweeps per init
     python recipes/noisy_gibbs/run_exp_a.py --steps 5000         # shortened
     python recipes/noisy_gibbs/run_exp_a.py --seed 1             # another teacher and data set
+    python recipes/noisy_gibbs/run_exp_a.py --data released      # the paper's own teacher and data
     python recipes/noisy_gibbs/run_exp_a.py --inits zeros --num-train 200 --steps 300 --every 10
 
 For each uninformed start (``zeros``: the paper's Gibbs init; ``prior``: the paper's "random" inits,
@@ -12,6 +13,9 @@ informed at the teacher, the others uninformed) and reads ``thermalization/*`` f
 the uninformed chains' last test MSE, the teacher-student merge step, the R-hat and score steps, and a
 short log-spaced trace, beside the paper's values (informed ~1.5e-4; zero init merges at ~1e5 sweeps;
 random inits stay on a plateau ~1e-3, App. B / [code data]), and writes ``exp_a.json`` with every cell.
+``--data released`` swaps the recipe's random teacher for the one of the paper's runs, redrawn from
+the seeds of its released script (``released_teacher.py``), for a like-for-like comparison with
+the released logs.
 """
 from __future__ import annotations
 
@@ -49,6 +53,9 @@ def config(args: argparse.Namespace, init: str) -> dict:
         cfg["model"]["init_args"]["num_chains"] = args.chains
     if args.seed is not None:  # a new teacher and data set, and new chain streams
         cfg["seed_everything"] = cfg["model"]["init_args"]["seed"] = cfg["data"]["init_args"]["seed"] = args.seed
+    if args.data == "released":  # importable: this script's directory is on sys.path
+        cfg["data"] = {"class_path": "released_teacher.ReleasedExpATeacher",
+                       "init_args": {"seed": cfg["data"]["init_args"]["seed"]}}
     for key, value in (("num_train", args.num_train), ("num_test", args.num_test)):
         if value is not None:
             cfg["data"]["init_args"][key] = value
@@ -91,10 +98,14 @@ def main() -> None:
     parser.add_argument("--every", type=int, help="sweeps between thermalization records (default 100)")
     parser.add_argument("--chains", type=int, help="chains per run, the first informed (default 4)")
     parser.add_argument("--seed", type=int, help="seed of the teacher, the data and the chains (default 0)")
+    parser.add_argument("--data", choices=["random", "released"], default="random",
+                        help="a teacher drawn from --seed (default) or the paper's own (released_teacher.py)")
     parser.add_argument("--num-train", type=int, help="training points (default the paper's 2084)")
     parser.add_argument("--num-test", type=int, help="test points (default 2000)")
     parser.add_argument("--root", default="runs/noisy_gibbs_exp_a", help="where runs and exp_a.json go")
     args = parser.parse_args()
+    if args.data == "released" and (args.num_train is not None or args.num_test is not None):
+        parser.error("--num-train and --num-test: the released data set has the paper's sizes only")
     root = Path(args.root)
     results = {}
     for init in args.inits:
