@@ -56,7 +56,7 @@ def test_released_teacher_matches_the_released_informed_log():
     from the exposed latents with noise of variance Delta."""
     sys.path.insert(0, str(RECIPES))
     try:
-        from released_teacher import DELTA, ReleasedExpATeacher
+        from released_teacher import DELTA, ReleasedExpATeacher, released_test_mse
     finally:
         sys.path.remove(str(RECIPES))
     data = ReleasedExpATeacher()
@@ -73,14 +73,17 @@ def test_released_teacher_matches_the_released_informed_log():
     for noise in (z_noise, x_noise, y_noise):
         assert abs(noise.var().item() / DELTA - 1) < 0.1
     assert torch.allclose(splits["test"][1], data.teacher(splits["test"][0])[:, 0])
+    assert released_test_mse(95_000, "zeros") == (99939, 1.7210e-04, 1.7322e-04)
+    assert released_test_mse(0, "prior") == (0, 3.1499e-08, (6.9515e-01 + 1.2755e+00) / 2)
 
 
 def test_exp_a_script_runs_on_the_released_data(tmp_path):
-    subprocess.run(
-        [sys.executable, str(RECIPES / "run_exp_a.py"), "--inits", "zeros", "--steps", "4", "--every", "2",
+    result = subprocess.run(
+        [sys.executable, str(RECIPES / "run_exp_a.py"), "--inits", "zeros", "--steps", "200", "--every", "100",
          "--data", "released", "--root", str(tmp_path)],
         cwd=ROOT, check=True, capture_output=True, text=True,
     )
+    assert "released logs" in result.stdout and "6.306e-02" in result.stdout  # the zero chain at sweep 100
     config = yaml.safe_load((tmp_path / "zeros" / "exp_a.yaml").read_text())
     assert config["data"]["class_path"] == "released_teacher.ReleasedExpATeacher"
-    assert json.loads((tmp_path / "exp_a.json").read_text())["zeros"]["steps"] == 4
+    assert json.loads((tmp_path / "exp_a.json").read_text())["zeros"]["steps"] == 200

@@ -13,7 +13,8 @@ script draws, in its order and in float32 on the CPU generator:
 
 The redrawn teacher matches the first row of the released informed log (|W1| = 3.1136,
 |W2| = 0.98691, mean squared noiseless training output 0.36279; tested). Only the paper's sizes are
-available; ``seed`` still seeds the shuffle. Used by ``run_exp_a.py --data released``.
+available; ``seed`` still seeds the shuffle. Used by ``run_exp_a.py --data released``, which
+prints the released logs' test MSE (``RELEASED_LOG``) beside ours.
 """
 from __future__ import annotations
 
@@ -24,10 +25,40 @@ from torch import Tensor
 
 from lit_bayes.data import TeacherStudent
 
-__all__ = ["ReleasedExpATeacher"]
+__all__ = ["RELEASED_LOG", "ReleasedExpATeacher", "released_test_mse"]
 
 TEACHER_SEED, DATA_SEED, DELTA = 3, 10000, 1e-4
 WIDTHS, NUM_TRAIN, NUM_TEST = (50, 10, 1), 2084, 2000
+
+# Test MSE against the teacher in the released Fig. 1 logs (column ``test_mse``), at the logged sweep
+# nearest each key: the informed chain, the zero-initialised one and the two random ones.
+RELEASED_LOG = {
+    0: (3.1499e-08, 3.4063e-01, 6.9515e-01, 1.2755e+00),
+    100: (6.0386e-05, 6.3056e-02, 3.3530e-01, 2.5936e-01),
+    1000: (1.2785e-04, 1.8496e-02, 1.6225e-01, 2.9373e-01),
+    3000: (1.5756e-04, 1.1760e-02, 1.2859e-01, 1.4192e-01),
+    10006: (1.5714e-04, 1.7137e-03, 9.1743e-02, 9.6061e-02),
+    19992: (1.5814e-04, 5.9088e-04, 7.7787e-02, 8.1800e-02),
+    40003: (1.7609e-04, 2.5508e-04, 5.9943e-02, 6.2950e-02),
+    59967: (1.6720e-04, 2.1143e-04, 4.4529e-02, 4.2242e-02),
+    80042: (1.6679e-04, 1.7935e-04, 2.4197e-02, 3.0541e-02),
+    99939: (1.7210e-04, 1.7322e-04, 1.7709e-02, 2.4415e-02),
+    150031: (1.6841e-04, 1.7179e-04, 1.2186e-02, 1.0665e-02),
+    199965: (1.6680e-04, 1.7574e-04, 1.1235e-02, 7.6608e-03),
+    250035: (1.4930e-04, 1.6396e-04, 1.0081e-02, 4.9173e-03),
+    300194: (1.5825e-04, 1.7727e-04, 9.5803e-03, 2.9095e-03),
+    500289: (1.6920e-04, 1.6032e-04, 4.7935e-03, 1.1352e-03),
+    999563: (1.5784e-04, 1.5319e-04, 1.2196e-03, 1.1460e-03),
+    1997099: (1.5960e-04, 1.5667e-04, 1.2026e-03, 1.1152e-03),
+}
+
+
+def released_test_mse(step: int, init: str) -> tuple[int, float, float]:
+    """(logged sweep, informed, uninformed) test MSE of the released Fig. 1 logs nearest ``step``
+    (on a log scale); uninformed: the zero chain for ``init == "zeros"``, else the random chains' mean."""
+    logged = min(RELEASED_LOG, key=lambda t: abs(math.log1p(t) - math.log1p(step)))
+    informed, zero, *random = RELEASED_LOG[logged]
+    return logged, informed, zero if init == "zeros" else sum(random) / len(random)
 
 
 class ReleasedExpATeacher(TeacherStudent):

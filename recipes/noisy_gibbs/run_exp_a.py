@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from lit_bayes.cli import main as lit_bayes
+from released_teacher import released_test_mse  # this script's directory is on sys.path
 
 HERE = Path(__file__).resolve().parent
 PAPER = {
@@ -126,10 +127,15 @@ def main() -> None:
         print(f"{init:>6} {result['steps']:>7} {'ours':>6} " + " ".join(f"{show(ours.get(c)):>20}" for c in COLUMNS))
         print(f"{'':>6} {'':>7} {'paper':>6} " + " ".join(f"{show(result['paper'][c]):>20}" for c in COLUMNS))
     for init, result in results.items():
-        print(f"\n{init}: test MSE against the teacher (step, informed, uninformed mean), "
+        released = " | released logs: sweep, informed, uninformed" if args.data == "released" else ""
+        print(f"\n{init}: test MSE against the teacher (step, informed, uninformed mean{released}), "
               f"{result['wall_time_s']:.0f} s")
         for step, informed, uninformed in result["trace"]:
-            print(f"  {step:>8} {informed:>11.3e} {uninformed:>11.3e}")
+            paper = ""
+            if args.data == "released":
+                logged, paper_informed, paper_uninformed = released_test_mse(step, init)
+                paper = f" | {logged:>8} {paper_informed:>11.3e} {paper_uninformed:>11.3e}"
+            print(f"  {step:>8} {informed:>11.3e} {uninformed:>11.3e}{paper}")
     (root / "exp_a.json").write_text(json.dumps(results, indent=2))
     print(json.dumps({init: {"steps": r["steps"], **{c: r["ours"].get(c) for c in COLUMNS}}
                       for init, r in results.items()}))
