@@ -86,4 +86,8 @@ def test_exp_a_script_runs_on_the_released_data(tmp_path):
     assert "released logs" in result.stdout and "6.306e-02" in result.stdout  # the zero chain at sweep 100
     config = yaml.safe_load((tmp_path / "zeros" / "exp_a.yaml").read_text())
     assert config["data"]["class_path"] == "released_teacher.ReleasedExpATeacher"
-    assert json.loads((tmp_path / "exp_a.json").read_text())["zeros"]["steps"] == 200
+    zeros = json.loads((tmp_path / "exp_a.json").read_text())["zeros"]
+    assert zeros["steps"] == 200
+    # at sweep 0 the zero chains' test MSE is the teacher's mean squared test output: the released
+    # zero chain's first logged value, 3.4063e-01, when the test inputs are the released ones
+    assert zeros["trace"][0][0] == 0 and abs(zeros["trace"][0][2] - 3.4063e-01) < 1e-4
