@@ -88,12 +88,19 @@ class TeacherStudent(BayesDataModule):
         with torch.no_grad():
             for name, p in names.items():
                 p.copy_(draws[f"net.{name}"][0])
-        params = {n: p.double().unsqueeze(0) for n, p in names.items()}
+        return self.draw_splits(generator)
+
+    def draw_splits(self, generator: torch.Generator,
+                    dtype: torch.dtype = torch.float64) -> dict[str, tuple[Tensor, Tensor]]:
+        """Inputs, then the noise of eq. 7 for the training labels, split by split from ``generator``,
+        with the current teacher; the teacher and its latents computed (and the noise drawn) in
+        ``dtype``. Sets :attr:`train_latents`."""
+        params = {n: p.to(dtype).unsqueeze(0) for n, p in self.teacher.named_parameters()}
         splits = {}
         for split, n in zip(("train", "val", "test"), self.sizes):
             x = torch.randn(n, self.teacher.widths[0], generator=generator)
             noiseless = split != "train" or self.noiseless_labels
-            latents, top = self.teacher.generate(params, x.double(), generator, noiseless=noiseless)
+            latents, top = self.teacher.generate(params, x.to(dtype), generator, noiseless=noiseless)
             if split == "train":
                 self.train_latents = {name: v[0].float() for name, v in latents.items()}
             splits[split] = (x, self._labels(top[0]))

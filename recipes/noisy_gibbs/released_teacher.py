@@ -86,17 +86,6 @@ class ReleasedExpATeacher(TeacherStudent):
         with torch.no_grad():
             for p, value in ((first.weight, w1), (first.bias, b1), (second.weight, w2), (second.bias, b2)):
                 p.copy_(value)
-        data = torch.Generator().manual_seed(DATA_SEED)
-        x = torch.randn(NUM_TRAIN, d, generator=data)
-        noise_z = math.sqrt(DELTA) * torch.randn(NUM_TRAIN, k, generator=data)
-        noise_x = math.sqrt(DELTA) * torch.randn(NUM_TRAIN, k, generator=data)
-        noise_y = math.sqrt(DELTA) * torch.randn(NUM_TRAIN, 1, generator=data)
-        x_test = torch.randn(NUM_TEST, d, generator=data)
-        z2 = x @ w1.T + b1 + noise_z
-        x2 = torch.relu(z2) + noise_x
-        y = x2 @ w2.T + b2 + noise_y
-        self.train_latents = {"z2": z2, "x2": x2}
-        with torch.no_grad():
-            y_test = self.teacher(x_test)
-        empty = torch.empty(0, d)
-        return {"train": (x, y[:, 0]), "val": (empty, torch.empty(0)), "test": (x_test, y_test[:, 0])}
+        # the parent's draw order (training inputs, their Z2, X2 and y noise, then the noiseless test
+        # inputs) is the released script's; its draws were float32
+        return self.draw_splits(torch.Generator().manual_seed(DATA_SEED), torch.float32)
