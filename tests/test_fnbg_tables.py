@@ -1,6 +1,7 @@
 """recipes/fnbg/tables.py at a tiny length on MNIST idx files of random pixels: the Table 3 grid
-runs end to end, the Table 2 grid on chosen batch sizes, and ``--resume`` picks a finished cell
-up from its checkpoint (chain and sample store) instead of sampling it again."""
+runs end to end, the Table 2 grid on chosen batch sizes, the Table 4 grid keeps each transform in
+its own run, and ``--resume`` picks a finished cell up from its checkpoint (chain and sample store)
+instead of sampling it again."""
 import json
 import os
 import subprocess
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.test_data import write_mnist
 
@@ -53,3 +55,22 @@ def test_batch_grid_runs_the_chosen_batch_sizes(mnist_root, tmp_path):
     assert 0.0 <= cell["accuracy"] <= 100.0
     (summary,) = (out / "mnist" / "600").rglob("summary.json")
     assert json.loads(summary.read_text())["steps"] == 200  # 110 sweeps ask for 2 epochs of 100 batches
+
+
+def test_augment_grid_keeps_each_transform_in_its_own_run(mnist_root, tmp_path):
+    out = tmp_path / "runs"
+    command = [sys.executable, str(TABLES), "augment", "--augmentations", "none", "inversion", "--sweeps", "30",
+               "--datasets", "mnist", "--root", str(mnist_root), "--out", str(out)]
+    subprocess.run(command, check=True, capture_output=True, env=ENV)
+    first = json.loads((out / "augment.json").read_text())
+    assert [(c["augmentation"], c["paper_accuracy"]) for c in first] == [("none", 90.75), ("inversion", 36.87)]
+    states = [torch.load(out / "mnist" / "3000" / name / "version_0" / "checkpoints" / "last.ckpt",
+                         weights_only=False)["state_dict"] for name in ("none", "inversion")]
+    # the same seed on other training images: the chains part
+    assert not all(torch.equal(states[0][key], states[1][key]) for key in states[0])
+
+    subprocess.run([*command, "--resume"], check=True, capture_output=True, env=ENV)
+    assert json.loads((out / "augment.json").read_text()) == first  # each cell continued its own chain
+    for name in ("none", "inversion"):
+        resumed = out / "mnist" / "3000" / name / "version_1" / "summary.json"
+        assert json.loads(resumed.read_text())["steps"] == 40

@@ -4,6 +4,7 @@
     python recipes/fnbg/tables.py length        # Table 3: accuracy from the last 1K/10K/20K/30K draws
     python recipes/fnbg/tables.py augment       # Table 4: rotated / blurred / inverted training sets
     ... --sweeps 2200 for a short run (paper: 110,000), --datasets mnist, --root data, --out runs/fnbg
+    ... --augmentations rotation inversion: a part of Table 4 (each in <out>/<dataset>/3000/<augmentation>)
     ... --resume: every cell continues from its newest last.ckpt under --out (a stopped or killed grid)
 
 Each cell is one chain of recipes/fnbg/mnist_fnbg.yaml (batch size B: floor(60000 / B) batches
@@ -35,8 +36,9 @@ AUGMENT = {"none": None, "rotation": T.RandomRotation((-30, 30)),
            "blur": T.RandomApply([T.GaussianBlur((9, 9), (1.0, 1.5))], p=0.9), "inversion": T.RandomInvert(p=0.5)}
 
 
-def run(dataset: str, batch: int, sweeps: int, args, extra=(), transform=None):
-    per_epoch, root = 60_000 // batch, Path(args.out) / dataset / str(batch)
+def run(dataset: str, batch: int, sweeps: int, args, extra=(), transform=None, name=None):
+    """One chain; its runs go to <out>/<dataset>/<batch>[/<name>] (``--resume`` continues from there)."""
+    per_epoch, root = 60_000 // batch, Path(args.out) / dataset / str(batch) / (name or "")
     overrides = ["--data.init_args.name", dataset, "--data.init_args.root", args.root,
                  "--data.init_args.batch_size", str(batch), "--trainer.limit_train_batches", str(per_epoch),
                  "--model.init_args.proposal_variance", json.dumps(VARIANCES[batch]),
@@ -75,8 +77,8 @@ def length_grid(args) -> list[dict]:
 def augment_grid(args) -> list[dict]:
     cells = []
     for dataset in args.datasets:
-        for name, transform in AUGMENT.items():
-            metrics = summary(run(dataset, 3000, args.sweeps, args, transform=transform))["metrics"]
+        for name in args.augmentations:
+            metrics = summary(run(dataset, 3000, args.sweeps, args, transform=AUGMENT[name], name=name))["metrics"]
             cells.append({"dataset": dataset, "augmentation": name, "accuracy": 100 * metrics["test/accuracy"],
                           "paper_accuracy": TABLE4[dataset][name]})
     show("Table 4 (accuracy % on the untransformed test set), ours / paper", ["dataset", "augmentation", "accuracy", "paper"],
@@ -93,6 +95,8 @@ if __name__ == "__main__":
     parser.add_argument("--datasets", nargs="+", default=["mnist", "fashion_mnist"], choices=["mnist", "fashion_mnist"])
     parser.add_argument("--batches", nargs="+", type=int, default=list(VARIANCES), choices=list(VARIANCES),
                         help="Table 2's batch sizes to run (the batch grid)")
+    parser.add_argument("--augmentations", nargs="+", default=list(AUGMENT), choices=list(AUGMENT),
+                        help="Table 4's training-set transforms to run (the augment grid)")
     parser.add_argument("--root", default="data")
     parser.add_argument("--out", default="runs/fnbg")
     parser.add_argument("--resume", action="store_true", help="continue every cell from its newest last.ckpt")
