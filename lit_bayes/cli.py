@@ -15,9 +15,11 @@ epoch end (resume with ``--ckpt_path``); their settings are the config sections
 """
 from __future__ import annotations
 
+import json
 import netrc
 import os
-from typing import Literal, Optional
+from pathlib import Path
+from typing import Callable, Literal, Optional
 
 import torch
 from jsonargparse.typing import PositiveInt
@@ -37,7 +39,7 @@ from lit_bayes.callbacks import (
 from lit_bayes.samplers import SamplerModule
 from lit_bayes.strategy import ChainParallel  # registers the "chain_parallel" strategy name
 
-__all__ = ["ChainParallel", "LitBayesCLI", "main", "wandb_logged_in"]
+__all__ = ["ChainParallel", "LitBayesCLI", "fit_and_test", "last_checkpoint", "main", "run_summary", "wandb_logged_in"]
 
 
 def wandb_logged_in() -> bool:
@@ -136,6 +138,36 @@ def main(args: list[str] | None = None) -> None:
         args=args,
         auto_configure_optimizers=False,
     )
+
+
+def fit_and_test(config: str | os.PathLike, overrides: list[str] = (), train_transform: Callable | None = None,
+                 ckpt_path: str | os.PathLike | None = None) -> LitBayesCLI:
+    """``lit-bayes fit -c config *overrides`` (no W&B, no progress bar), for scripts that read the run
+    afterwards: returns the CLI, whose ``model``, ``datamodule`` and ``trainer`` (with its callbacks)
+    hold the final chain and the kept samples. ``train_transform`` replaces the DataModule's (a callable
+    does not go through a config); ``ckpt_path`` continues a run from its checkpoint (chain, sample
+    store and step count)."""
+    cli = LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+                      save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, run=False,
+                      args=["-c", str(config), "--wandb", "false", "--trainer.enable_progress_bar", "false",
+                            *overrides])
+    if train_transform is not None:
+        cli.datamodule.train_transform = train_transform
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
+    cli.trainer.test(cli.model, datamodule=cli.datamodule)
+    return cli
+
+
+def last_checkpoint(root: str | os.PathLike) -> Path | None:
+    """The newest ``last.ckpt`` of the runs under ``root`` (``version_*/checkpoints``), or None."""
+    found = sorted(Path(root).glob("version_*/checkpoints/last.ckpt"), key=lambda path: path.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def run_summary(cli: LitBayesCLI) -> dict:
+    """The ``summary.json`` that the run of :func:`fit_and_test` wrote."""
+    (writer,) = [c for c in cli.trainer.callbacks if isinstance(c, RunSummary)]
+    return json.loads(writer.path.read_text())
 
 
 if __name__ == "__main__":

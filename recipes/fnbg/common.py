@@ -1,17 +1,14 @@
-"""Shared by the FNBG grid scripts: one fit through the lit-bayes CLI, per-chain accuracies."""
+"""Shared by the FNBG grid scripts: the paper's run proportions, per-chain accuracies, tables."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
-from lightning.pytorch import LightningDataModule
 
-from lit_bayes.callbacks import PosteriorSamples, RunSummary
+from lit_bayes.callbacks import PosteriorSamples
 from lit_bayes.cli import LitBayesCLI
 from lit_bayes.predictive import marginal_predictive, uniform_log_weights
-from lit_bayes.samplers import SamplerModule
 
 HERE = Path(__file__).resolve().parent
 RECIPES = HERE.parent
@@ -24,30 +21,6 @@ def scaled(sweeps: int, batches_per_epoch: int) -> list[str]:
     every = min(epochs, math.ceil(5_000 / batches_per_epoch))
     return ["--trainer.max_epochs", str(epochs), "--checkpoint.every_n_epochs", str(every),
             "--model.init_args.burn_in", str(burn_in), "--samples.max_draws", str(min(10_000, sweeps - burn_in))]
-
-
-def fit(config: Path, overrides: list[str], train_transform=None, ckpt_path: Path | None = None) -> LitBayesCLI:
-    """``lit-bayes fit -c config overrides`` then test; ``train_transform`` replaces the training images;
-    ``ckpt_path`` continues a run from its checkpoint (chain, sample store and step count)."""
-    cli = LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                      save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, run=False,
-                      args=["-c", str(config), "--wandb", "false", "--trainer.enable_progress_bar", "false", *overrides])
-    if train_transform is not None:
-        cli.datamodule.train_transform = train_transform
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
-    cli.trainer.test(cli.model, datamodule=cli.datamodule)
-    return cli
-
-
-def last_checkpoint(root: Path) -> Path | None:
-    """The newest ``last.ckpt`` of the runs under ``root`` (``version_*/checkpoints``), or None."""
-    found = sorted(root.glob("version_*/checkpoints/last.ckpt"), key=lambda path: path.stat().st_mtime)
-    return found[-1] if found else None
-
-
-def summary(cli: LitBayesCLI) -> dict:
-    (writer,) = [c for c in cli.trainer.callbacks if isinstance(c, RunSummary)]
-    return json.loads(writer.path.read_text())
 
 
 @torch.no_grad()

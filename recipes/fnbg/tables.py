@@ -17,7 +17,9 @@ import json
 from pathlib import Path
 
 import torchvision.transforms as T
-from common import HERE, chain_accuracies, fit, last_checkpoint, scaled, show, summary
+from common import HERE, chain_accuracies, scaled, show
+
+from lit_bayes.cli import fit_and_test, last_checkpoint, run_summary
 
 CONFIG = HERE / "mnist_fnbg.yaml"
 VARIANCES = {600: [5e-2, 5e-4, 5e-4, 5e-5], 1800: [2e-2, 2e-4, 2e-4, 2e-5],
@@ -43,14 +45,14 @@ def run(dataset: str, batch: int, sweeps: int, args, extra=(), transform=None, n
                  "--data.init_args.batch_size", str(batch), "--trainer.limit_train_batches", str(per_epoch),
                  "--model.init_args.proposal_variance", json.dumps(VARIANCES[batch]),
                  "--trainer.default_root_dir", str(root), *scaled(sweeps, per_epoch), *extra]
-    return fit(CONFIG, overrides, transform, ckpt_path=last_checkpoint(root) if args.resume else None)
+    return fit_and_test(CONFIG, overrides, transform, ckpt_path=last_checkpoint(root) if args.resume else None)
 
 
 def batch_grid(args) -> list[dict]:
     cells = []
     for dataset in args.datasets:
         for batch in args.batches:
-            metrics = summary(run(dataset, batch, args.sweeps, args))["metrics"]
+            metrics = run_summary(run(dataset, batch, args.sweeps, args))["metrics"]
             ours = [100 * metrics[f"accept/layer_net.layers.{j}"] for j in range(4)]
             cells.append({"dataset": dataset, "batch": batch, "accuracy": 100 * metrics["test/accuracy"],
                           "paper_accuracy": TABLE2[dataset][batch], "accept": ours, "paper_accept": ACCEPT[dataset][batch]})
@@ -78,7 +80,7 @@ def augment_grid(args) -> list[dict]:
     cells = []
     for dataset in args.datasets:
         for name in args.augmentations:
-            metrics = summary(run(dataset, 3000, args.sweeps, args, transform=AUGMENT[name], name=name))["metrics"]
+            metrics = run_summary(run(dataset, 3000, args.sweeps, args, transform=AUGMENT[name], name=name))["metrics"]
             cells.append({"dataset": dataset, "augmentation": name, "accuracy": 100 * metrics["test/accuracy"],
                           "paper_accuracy": TABLE4[dataset][name]})
     show("Table 4 (accuracy % on the untransformed test set), ours / paper", ["dataset", "augmentation", "accuracy", "paper"],

@@ -18,7 +18,9 @@ import json
 import statistics
 from pathlib import Path
 
-from common import RECIPES, chain_accuracies, fit, scaled, show
+from common import RECIPES, chain_accuracies, scaled, show
+
+from lit_bayes.cli import fit_and_test
 
 PAPER = {"minibatch": 98.88, "exact": 86.92, "exact >= 5%": 95.38, "exact >= 20%": 100.0}  # median accuracy %
 
@@ -30,15 +32,16 @@ def main() -> None:
     parser.add_argument("--out", default="runs/fnbg")
     args = parser.parse_args()
     config, draws = RECIPES / "xor_nbg_deep.yaml", min(10_000, args.sweeps - args.sweeps // 11)
-    minibatch = fit(config, [*scaled(args.sweeps, 50), "--trainer.default_root_dir", f"{args.out}/xor_minibatch"])
+    minibatch = fit_and_test(config, [*scaled(args.sweeps, 50),
+                                      "--trainer.default_root_dir", f"{args.out}/xor_minibatch"])
     scenarios, exact_rates = {"minibatch": chain_accuracies(minibatch, draws)}, []
     if args.exact_chains > 0:
-        exact = fit(config, [*scaled(args.sweeps, 1), "--data.init_args.batch_size", "null",
+        exact = fit_and_test(config, [*scaled(args.sweeps, 1), "--data.init_args.batch_size", "null",
                              "--model.init_args.proposal_variance", "0.001",
                              "--model.init_args.num_chains", str(args.exact_chains),
                              "--trainer.default_root_dir", f"{args.out}/xor_exact"])
         counts = exact.model.acceptance_counts()
-        exact_rates = (counts["accepted"].mean(1) / counts["proposed"]).tolist()  # per chain, all sweeps
+        exact_rates = (counts["accepted"].double().mean(1) / counts["proposed"]).tolist()  # per chain, all sweeps
         exact_acc = chain_accuracies(exact, draws)
         scenarios.update({"exact": exact_acc[:10],
                           "exact >= 5%": [a for a, r in zip(exact_acc, exact_rates) if r >= 0.05][:10],
