@@ -83,7 +83,8 @@ def main() -> None:
         ckpt_path=checkpoint)
     summary = run_summary(cli)
     accuracy = draw_accuracies(cli, args.test_images)
-    seconds_per_sweep = summary["wall_time_s"] / max(1, summary["steps"] - start)  # this process's sweeps (and test)
+    ran = summary["steps"] - start  # this process's sweeps: their time (with the test's) gives the time axis
+    seconds_per_sweep = summary["wall_time_s"] / ran if ran > 0 else None
     sweeps = [1 + i * args.thinning for i in range(len(accuracy))]  # SamplerModule.is_sample_step, burn-in 0
     quarter = len(accuracy) // 4
     third, last = (sum(part) / len(part) for part in (accuracy[2 * quarter:3 * quarter], accuracy[-quarter:]))
@@ -96,10 +97,12 @@ def main() -> None:
           f"{min(args.test_images, len(cli.datamodule.test_data))} test images")
     print(f"{'sweep':>8} {'~seconds':>9} {'accuracy':>9}")
     for i in log_spaced(len(accuracy)):
-        print(f"{sweeps[i]:>8} {sweeps[i] * seconds_per_sweep:>9.0f} {accuracy[i]:>9.4f}")
+        seconds = f"{sweeps[i] * seconds_per_sweep:.0f}" if seconds_per_sweep else "-"
+        print(f"{sweeps[i]:>8} {seconds:>9} {accuracy[i]:>9.4f}")
     print(f"third / last quarter of the draws: {third:.4f} / {last:.4f} "
           f"({'stationary' if result['stationary'] else 'not stationary'} at tolerance {args.tolerance}); "
-          f"predictive over all draws: {result['predictive_accuracy']:.4f}")
+          f"predictive over all draws ({len(cli.datamodule.test_data)} test images): "
+          f"{result['predictive_accuracy']:.4f}")
     print(f"paper (released logs, stationary): Gibbs {paper['gibbs']}, MALA {paper['mala']}, HMC {paper['hmc']}; "
           f"stationary after ~{paper['stationary_s']['gibbs']} s (Gibbs), "
           f"~{paper['stationary_s']['hmc']} s (HMC, MALA)")
