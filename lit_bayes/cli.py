@@ -19,7 +19,7 @@ import json
 import netrc
 import os
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal, Optional, Sequence
 
 import torch
 from jsonargparse.typing import PositiveInt
@@ -140,7 +140,7 @@ def main(args: list[str] | None = None) -> None:
     )
 
 
-def fit_and_test(config: str | os.PathLike, overrides: list[str] = (), train_transform: Callable | None = None,
+def fit_and_test(config: str | os.PathLike, overrides: Sequence[str] = (), train_transform: Callable | None = None,
                  ckpt_path: str | os.PathLike | None = None) -> LitBayesCLI:
     """``lit-bayes fit -c config *overrides`` (no W&B, no progress bar), for scripts that read the run
     afterwards: returns the CLI, whose ``model``, ``datamodule`` and ``trainer`` (with its callbacks)
