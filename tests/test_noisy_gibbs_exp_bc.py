@@ -1,12 +1,17 @@
 """The noisy-gibbs Exp. B script (spec §6.2) and the Exp. C MNIST recipes and script (spec §6.3) at tiny sizes."""
 import json
+import math
 import sys
 from pathlib import Path
 
+import pytest
 import torch
+import torch.nn.functional as F
 import yaml
+from lightning import LightningDataModule
 
-from lit_bayes.cli import main
+from lit_bayes.cli import LitBayesCLI, main
+from lit_bayes.samplers.base import SamplerModule
 from tests.script_modules import load_script
 from tests.test_data import write_mnist
 
@@ -118,3 +123,57 @@ def test_exp_c_script_scores_every_kept_draw_and_resumes_the_chain(tmp_path, mon
     resumed = json.loads((tmp_path / "runs" / "exp_c_mlp.json").read_text())
     assert resumed["sweeps"] == 12 and [row["sweep"] for row in resumed["trace"]] == [1, 3, 5, 7, 9, 11]
     assert [row["accuracy"] for row in resumed["trace"][:4]] == accuracy
+
+
+# the classical posteriors of Exp. C (spec §3, §5, §6.3): Delta, lambda per parameter layer, step, leapfrog
+# steps, init std
+BASELINES = {
+    "mlp_hmc": (2.0, {"layers.0": 784.0, "layers.1": 12.0}, 1e-3, 200, 0.1),
+    "mlp_mala": (2.0, {"layers.0": 784.0, "layers.1": 12.0}, math.sqrt(2 * 2e-6), 1, 1e-4),
+    "cnn_hmc": (10.0, {"layers.0": 16.0, "layers.3": 72.0}, 1e-3, 50, 0.1),
+    "cnn_mala": (10.0, {"layers.0": 16.0, "layers.3": 72.0}, math.sqrt(2 * 5e-6), 1, 1e-4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_exp_c_baselines_sample_the_papers_classical_posterior(name, tmp_path):
+    """exp_c_<model>_{hmc,mala}.yaml write P(W) exp(-CE_sum / (2 Delta)) (eq. 2, the summed cross-entropy of
+    [code]) as a tempered posterior: between two parameter sets, the sampler's energy differs by exactly the
+    paper's -log posterior difference; the fixed steps and the starts are the paper's."""
+    delta, precisions, step, leapfrog, init_std = BASELINES[name]
+    write_mnist(tmp_path / "data", "MNIST")
+    cli = LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+                      auto_configure_optimizers=False, run=False,
+                      args=["-c", str(RECIPES / f"exp_c_{name}.yaml"), "--data.init_args.root", str(tmp_path / "data"),
+                            "--trainer.default_root_dir", str(tmp_path), "--wandb", "false",
+                            "--model.init_args.num_data", "24"])  # the fixture's training images (full batch)
+    sampler, data = cli.model, cli.datamodule
+    options = sampler.stepper_options
+    assert math.isclose(options["lr"], step, rel_tol=1e-6) and options["num_leapfrog"] == leapfrog
+    assert options["adapt_steps"] == 0 and sampler.init == "normal" and sampler.init_std == init_std
+    data.setup("fit")
+    x, y = data.train_data.tensors
+    assert len(y) == 24
+    generator = torch.Generator().manual_seed(0)
+    params = {n: 0.1 * torch.randn(2, *p.shape, generator=generator) for n, p in sampler.template_parameters().items()}
+    energy = sampler.energy(params, x, y).double()
+    cross_entropy = torch.stack([F.cross_entropy(out, y, reduction="sum") for out in sampler.outputs(params, x)])
+    penalty = sum(precisions[n.split(".", 1)[1].rsplit(".", 1)[0]] / 2 * p.pow(2).flatten(1).sum(1)
+                  for n, p in params.items())
+    paper = (cross_entropy / (2 * delta) + penalty).double()
+    assert math.isclose(float(energy[0] - energy[1]), float(paper[0] - paper[1]), rel_tol=1e-4)
+
+
+def test_exp_c_script_runs_the_mala_baseline(tmp_path, monkeypatch, capsys):
+    """exp_c.py --sampler mala on 24 tiny MNIST images: exp_c_mlp_mala.yaml from step 1 under its own run name."""
+    write_mnist(tmp_path / "data", "MNIST")
+    exp_c = load_script("exp_c", RECIPES / "exp_c.py")
+    monkeypatch.setattr(sys, "argv", ["exp_c.py", "--sampler", "mala", "--sweeps", "8", "--thinning", "2",
+                                      "--root", str(tmp_path / "data"), "--out", str(tmp_path / "runs")])
+    exp_c.main()
+    assert "Exp. C (MLP, MALA)" in capsys.readouterr().out
+    result = json.loads((tmp_path / "runs" / "exp_c_mlp_mala.json").read_text())
+    assert result["sampler"] == "mala" and result["sweeps"] == 8 and len(result["trace"]) == 4
+    (summary_path,) = (tmp_path / "runs" / "mlp_mala").rglob("summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["sampler"] == "MALA" and 0.0 < summary["metrics"]["accept/overall"] <= 1.0

@@ -98,9 +98,6 @@ class IntermediateHMC(InformedStart, HMC):
                              "0), so HMC cannot sample the intermediate posterior; use NoisyGibbs, or relu/abs/linear")
         if init not in INITS:
             raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
-        if isinstance(init_std, bool) or not isinstance(init_std, numbers.Real) or not (
-                math.isfinite(init_std) and init_std > 0):
-            raise ValueError(f"init_std must be a finite number > 0, got {init_std!r}")
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
         if not isinstance(step_size, numbers.Real) or isinstance(step_size, bool) or not (
@@ -108,9 +105,8 @@ class IntermediateHMC(InformedStart, HMC):
             raise ValueError(f"step_size must be a finite number > 0, got {step_size!r}")
         super().__init__(model, model.likelihood(), model.prior(), step_size, num_leapfrog, target_accept,
                          adapt_steps, num_data, 1.0, num_chains, burn_in, thinning, seed,
-                         "prior" if init == "prior" else "template", True)
+                         "prior" if init == "prior" else "template", True, init_std)
         self.start = init
-        self.init_std = float(init_std)
         self.dtype_name = dtype
         self.canonical_batch = CanonicalBatch(DTYPES[dtype])
         self.latents: ChainState | None = None

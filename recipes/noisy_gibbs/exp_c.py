@@ -1,20 +1,24 @@
 """Exp. C of "Gibbs Sampling the Posterior of Neural Networks" (noisy-gibbs spec §6.3, Sec. V.2, Fig. 3,
-App. J): the Gibbs sampler on the MNIST MLP or CNN, the test accuracy of the chain's state against sweeps
-and wall time, beside the paper's stationary accuracies.
+App. J): the Gibbs sampler on the MNIST MLP or CNN, or its HMC / MALA baseline on the classical posterior
+(spec §5), the test accuracy of the chain's state against steps and wall time, beside the paper's stationary
+accuracies.
 
     python recipes/noisy_gibbs/exp_c.py --model mlp --sweeps 40000             # needs data/MNIST/raw
     python recipes/noisy_gibbs/exp_c.py --model mlp --sweeps 80000 --resume    # continue the same chain
+    python recipes/noisy_gibbs/exp_c.py --model mlp --sampler mala             # the MALA baseline
 
-It runs ``exp_c_<model>.yaml`` (zero init, Delta = 2 for the MLP, 100 for the CNN) with no burn-in and a
-draw kept every ``--thinning`` sweeps: Fig. 3 plots the test error of the current state against time, so
-the trace from sweep 1 is the point. Every kept draw's noiseless network (§3) is scored on the first
-``--test-images`` test images (the paper: 5000, [code]); the script prints a log-spaced trace and the mean
-accuracy of the third and the last quarter of the draws (the chain counts as stationary when they differ
-by at most ``--tolerance``), beside the stationary per-sample test accuracy of the paper's released logs
-(MLP: Gibbs 0.91, MALA 0.914, HMC 0.912; CNN: 0.874, 0.869, 0.871) and the times it reports (MLP: all three
-stationary at ~500 s; CNN: Gibbs ~800 s, HMC and MALA ~100 s; its hardware is not stated). The accuracy of
-the predictive averaged over all kept draws is the run's ``test/accuracy``. Everything goes to
-``exp_c_<model>.json`` under ``--out``.
+It runs ``exp_c_<model>.yaml`` (Gibbs: zero init, Delta = 2 for the MLP, 100 for the CNN) or
+``exp_c_<model>_<sampler>.yaml`` (HMC, MALA: the paper's fixed steps and starts, classical Delta = 2 and 10)
+with no burn-in and a draw kept every ``--thinning`` steps (a Gibbs sweep or an HMC / MALA transition):
+Fig. 3 plots the test error of the current state against time, so the trace from step 1 is the point. Every
+kept draw's noiseless network (§3) is scored on the first ``--test-images`` test images (the paper: 5000,
+[code]); the script prints a log-spaced trace and the mean accuracy of the third and the last quarter of the
+draws (the chain counts as stationary when they differ by at most ``--tolerance``), beside the stationary
+per-sample test accuracy of the paper's released logs (MLP: Gibbs 0.91, MALA 0.914, HMC 0.912; CNN: 0.874,
+0.869, 0.871) and the times it reports (MLP: all three stationary at ~500 s; CNN: Gibbs ~800 s, HMC and MALA
+~100 s; its hardware is not stated). The accuracy of the predictive averaged over all kept draws is the
+run's ``test/accuracy``. Everything goes to ``exp_c_<run>.json`` under ``--out``, ``<run>`` being the
+config's name without ``exp_c_``.
 """
 from __future__ import annotations
 
@@ -32,6 +36,10 @@ from lit_bayes.predictive import marginal_predictive, uniform_log_weights
 HERE = Path(__file__).resolve().parent
 PAPER = {"mlp": {"gibbs": 0.91, "mala": 0.914, "hmc": 0.912, "stationary_s": {"gibbs": 500, "hmc": 500, "mala": 500}},
          "cnn": {"gibbs": 0.874, "mala": 0.869, "hmc": 0.871, "stationary_s": {"gibbs": 800, "hmc": 100, "mala": 100}}}
+SAMPLERS = {"gibbs": "Gibbs", "hmc": "HMC", "mala": "MALA"}
+# default (steps, thinning): Gibbs ~0.3 s per MLP sweep on one core here; one HMC step is 200 (MLP) or 50
+# (CNN) full-batch gradients; MALA one, run as long as the paper's released MALA files (~2e6 steps)
+DEFAULT_LENGTH = {"gibbs": (40_000, 500), "hmc": (2_000, 20), "mala": (2_000_000, 20_000)}
 
 
 @torch.no_grad()
@@ -58,8 +66,12 @@ def log_spaced(count: int, points: int = 12) -> list[int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=sorted(PAPER), default="mlp")
-    parser.add_argument("--sweeps", type=int, default=40_000, help="sweeps in all (the paper's run: 300,000)")
-    parser.add_argument("--thinning", type=int, default=500, help="sweeps between kept draws")
+    parser.add_argument("--sampler", choices=list(SAMPLERS), default="gibbs",
+                        help="Gibbs on the intermediate posterior, or HMC / MALA on the classical one")
+    parser.add_argument("--sweeps", type=int, default=None,
+                        help="steps in all (default: Gibbs 40,000, the paper's run 300,000; HMC 2,000; MALA 2,000,000)")
+    parser.add_argument("--thinning", type=int, default=None,
+                        help="steps between kept draws (default: Gibbs 500, HMC 20, MALA 20,000)")
     parser.add_argument("--test-images", type=int, default=5000, help="the first N test images score each draw")
     parser.add_argument("--tolerance", type=float, default=0.005,
                         help="largest difference of the third and last quarter's mean accuracy of a stationary chain")
@@ -67,19 +79,24 @@ def main() -> None:
     parser.add_argument("--out", default="runs/noisy_gibbs_exp_c")
     parser.add_argument("--resume", action="store_true", help="continue the chain from its last.ckpt under --out")
     args = parser.parse_args()
+    default_sweeps, default_thinning = DEFAULT_LENGTH[args.sampler]
+    args.sweeps = default_sweeps if args.sweeps is None else args.sweeps
+    args.thinning = default_thinning if args.thinning is None else args.thinning
     for name in ("sweeps", "thinning", "test_images"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.sweeps < 4 * args.thinning:
         parser.error(f"--sweeps {args.sweeps} keeps fewer than 4 draws at --thinning {args.thinning}")
-    root = Path(args.out) / args.model
+    run = args.model if args.sampler == "gibbs" else f"{args.model}_{args.sampler}"
+    root = Path(args.out) / run
     checkpoint = last_checkpoint(root) if args.resume else None
     start = torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"] if checkpoint else 0
-    cli = fit_and_test(HERE / f"exp_c_{args.model}.yaml", [
+    cli = fit_and_test(HERE / f"exp_c_{run}.yaml", [
         "--data.init_args.root", args.root, "--trainer.max_epochs", str(args.sweeps),
         "--model.init_args.burn_in", "0", "--model.init_args.thinning", str(args.thinning),
         "--samples.max_draws", str(math.ceil(args.sweeps / args.thinning)),
-        "--checkpoint.every_n_epochs", str(min(args.sweeps, 2000)), "--trainer.default_root_dir", str(root)],
+        "--checkpoint.every_n_epochs", str(min(args.sweeps, 4 * args.thinning)),
+        "--trainer.default_root_dir", str(root)],
         ckpt_path=checkpoint)
     summary = run_summary(cli)
     accuracy = draw_accuracies(cli, args.test_images)
@@ -89,13 +106,14 @@ def main() -> None:
     quarter = len(accuracy) // 4
     third, last = (sum(part) / len(part) for part in (accuracy[2 * quarter:3 * quarter], accuracy[-quarter:]))
     paper = PAPER[args.model]
-    result = {"model": args.model, "sweeps": summary["steps"], "seconds_per_sweep": seconds_per_sweep,
+    result = {"model": args.model, "sampler": args.sampler, "sweeps": summary["steps"],
+              "seconds_per_sweep": seconds_per_sweep,
               "trace": [{"sweep": s, "accuracy": a} for s, a in zip(sweeps, accuracy)],
               "third_quarter": third, "last_quarter": last, "stationary": abs(last - third) <= args.tolerance,
               "predictive_accuracy": summary["metrics"]["test/accuracy"], "paper": paper}
-    print(f"\nExp. C ({args.model.upper()}, Gibbs): test accuracy of the kept draws on the first "
+    print(f"\nExp. C ({args.model.upper()}, {SAMPLERS[args.sampler]}): test accuracy of the kept draws on the first "
           f"{min(args.test_images, len(cli.datamodule.test_data))} test images")
-    print(f"{'sweep':>8} {'~seconds':>9} {'accuracy':>9}")
+    print(f"{'step':>8} {'~seconds':>9} {'accuracy':>9}")
     for i in log_spaced(len(accuracy)):
         seconds = f"{sweeps[i] * seconds_per_sweep:.0f}" if seconds_per_sweep else "-"
         print(f"{sweeps[i]:>8} {seconds:>9} {accuracy[i]:>9.4f}")
@@ -106,7 +124,7 @@ def main() -> None:
     print(f"paper (released logs, stationary): Gibbs {paper['gibbs']}, MALA {paper['mala']}, HMC {paper['hmc']}; "
           f"stationary after ~{paper['stationary_s']['gibbs']} s (Gibbs), "
           f"~{paper['stationary_s']['hmc']} s (HMC, MALA)")
-    (Path(args.out) / f"exp_c_{args.model}.json").write_text(json.dumps(result, indent=2))
+    (Path(args.out) / f"exp_c_{run}.json").write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
