@@ -105,7 +105,7 @@ class IntermediateHMC(InformedStart, HMC):
             raise ValueError(f"step_size must be a finite number > 0, got {step_size!r}")
         super().__init__(model, model.likelihood(), model.prior(), step_size, num_leapfrog, target_accept,
                          adapt_steps, num_data, 1.0, num_chains, burn_in, thinning, seed,
-                         "prior" if init == "prior" else "template", True, init_std)
+                         "template" if init == "zeros" else init, True, init_std)
         self.start = init
         self.dtype_name = dtype
         self.canonical_batch = CanonicalBatch(DTYPES[dtype])
@@ -120,9 +120,6 @@ class IntermediateHMC(InformedStart, HMC):
         dtype = DTYPES[self.dtype_name]
         if self.start == "zeros":
             state = {name: torch.zeros_like(p) for name, p in state.items()}
-        elif self.start == "normal":
-            state = {name: self.init_std * torch.randn(p.shape, generator=generator, dtype=p.dtype)
-                     for name, p in state.items()}
         state = {name: p.to(dtype) for name, p in state.items()}
         return self.apply_initial_parameters(state, dtype)
 
