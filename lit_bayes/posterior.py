@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from lit_bayes.logspace import logsumexp, logsumexp_units
 from lit_bayes.unchanged import DerivedFrom
+from lit_bayes.validation import check_positive
 
 __all__ = [
     "Bernoulli",
@@ -209,9 +210,7 @@ class Gaussian(Likelihood):
 
     def __init__(self, noise_std: float = 1.0, learn_noise: bool = False) -> None:
         super().__init__()
-        if not (noise_std > 0 and math.isfinite(noise_std)):
-            raise ValueError(f"noise_std must be a finite number > 0, got {noise_std!r}")
-        log_std = torch.tensor(math.log(noise_std))
+        log_std = torch.tensor(math.log(check_positive("noise_std", noise_std)))
         if learn_noise:
             self.log_noise_std = nn.Parameter(log_std)
         else:
@@ -249,8 +248,7 @@ class GaussianPrior(nn.Module):
 
     def __init__(self, variance: float = 1.0, group_variances: Mapping[str, float] | None = None) -> None:
         super().__init__()
-        if not (variance > 0 and math.isfinite(variance)):
-            raise ValueError(f"prior variance must be a finite number > 0, got {variance!r}")
+        check_positive("variance", variance)
         for pattern, v in (group_variances or {}).items():
             if not v > 0:
                 raise ValueError(f"group_variances[{pattern!r}] must be a number > 0 (inf: flat), got {v!r}")
@@ -315,8 +313,7 @@ class Posterior:
     ) -> None:
         if num_data is not None and (not isinstance(num_data, int) or isinstance(num_data, bool) or num_data < 1):
             raise ValueError(f"num_data must be a positive integer, got {num_data!r}")
-        if not (temperature > 0 and math.isfinite(temperature)):
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+        check_positive("temperature", temperature)
         if minibatch_scaling not in ("rescaled", "sum"):
             raise ValueError(f"minibatch_scaling must be 'rescaled' or 'sum', got {minibatch_scaling!r}")
         self.likelihood = likelihood

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+from lit_bayes.validation import check_positive
+
 __all__ = ["StepSizeSchedule"]
 
 
@@ -26,12 +28,10 @@ class StepSizeSchedule:
         decay_power: float = 0.55,
         cycle_length: int = 1000,
     ) -> None:
-        if not isinstance(step_size, (int, float)) or not (step_size > 0 and math.isfinite(step_size)):
-            raise ValueError(f"step_size must be a finite positive number, got {step_size!r}")
+        check_positive("step_size", step_size)
         if kind not in ("constant", "polynomial", "cyclical"):
             raise ValueError(f"schedule must be 'constant', 'polynomial' or 'cyclical', got {kind!r}")
-        if not decay_steps > 0:
-            raise ValueError(f"decay_steps must be > 0, got {decay_steps!r}")
+        check_positive("decay_steps", decay_steps)
         if not decay_power >= 0:
             raise ValueError(f"decay_power must be >= 0, got {decay_power!r}")
         if not isinstance(cycle_length, int) or cycle_length < 1:

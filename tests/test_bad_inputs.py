@@ -173,13 +173,13 @@ def test_gaussian_rejects_non_positive_noise(noise_std):
 # ----------------------------------------------------------------- step sizes and schedules
 @pytest.mark.parametrize("step_size", [0.0, -1e-3, math.nan])
 def test_sgmcmc_rejects_non_positive_step_size(step_size):
-    with pytest.raises(ValueError, match="step_size must be a finite positive number"):
+    with pytest.raises(ValueError, match="step_size must be a finite number > 0"):
         regression_sampler(step_size=step_size)
 
 
 @pytest.mark.parametrize("step_size", [0.0, -0.1])
 def test_schedule_rejects_non_positive_step_size(step_size):
-    with pytest.raises(ValueError, match=f"step_size must be a finite positive number, got {step_size}"):
+    with pytest.raises(ValueError, match=f"step_size must be a finite number > 0, got {step_size}"):
         StepSizeSchedule(step_size, "polynomial")
 
 
@@ -191,8 +191,8 @@ def test_schedule_rejects_unknown_kind():
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"decay_steps": 0}, "decay_steps must be > 0, got 0"),
-        ({"decay_steps": -5.0}, "decay_steps must be > 0"),
+        ({"decay_steps": 0}, "decay_steps must be a finite number > 0, got 0"),
+        ({"decay_steps": -5.0}, "decay_steps must be a finite number > 0"),
         ({"decay_power": -0.5}, "decay_power must be >= 0, got -0.5"),
         ({"cycle_length": 0}, "cycle_length must be a positive integer, got 0"),
         ({"cycle_length": 2.5}, "cycle_length must be a positive integer, got 2.5"),
@@ -241,9 +241,9 @@ def test_sampler_rejects_non_likelihood():
     "kwargs, message",
     [
         ({"optimizer": "rms_prop"}, r"optimizer must be one of \[.*'adam'.*'rmsprop'.*\], got 'rms_prop'"),
-        ({"lr": 0.0}, "lr must be a positive number, got 0.0"),
-        ({"lr": -0.1}, "lr must be a positive number, got -0.1"),
-        ({"lr": "0.1"}, "lr must be a positive number, got '0.1'"),
+        ({"lr": 0.0}, "lr must be a finite number > 0, got 0.0"),
+        ({"lr": -0.1}, "lr must be a finite number > 0, got -0.1"),
+        ({"lr": "0.1"}, "lr must be a finite number > 0, got '0.1'"),
     ],
 )
 def test_map_rejects_bad_optimizer_settings(kwargs, message):
@@ -254,7 +254,7 @@ def test_map_rejects_bad_optimizer_settings(kwargs, message):
 # ----------------------------------------------------------------- prior and posterior
 @pytest.mark.parametrize("variance", [0.0, -1.0, math.nan])
 def test_prior_rejects_non_positive_variance(variance):
-    with pytest.raises(ValueError, match="prior variance must be a finite number > 0"):
+    with pytest.raises(ValueError, match="variance must be a finite number > 0"):
         GaussianPrior(variance)
 
 

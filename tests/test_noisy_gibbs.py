@@ -250,10 +250,10 @@ def test_canonical_batch_orders_a_batch_once_while_the_same_tensors_come_back():
     (dict(output="softmax"), "output must be one of"),
     (dict(widths=[3, 2], output="regression"), "widths must end in 1"),
     (dict(widths=[3, 1], output="probit"), "widths must end in >= 2"),
-    (dict(delta_z=-1.0), "delta_z must hold finite numbers > 0"),
+    (dict(delta_z=-1.0), "delta_z must be a finite number > 0"),
     (dict(delta_z=[0.1]), r"delta_z must be a positive number or a list of 2"),
     (dict(delta_x=[0.1, 0.2]), r"delta_x must be a positive number or a list of 1"),
-    (dict(prior_precision=[1.0, "big"]), "prior_precision must hold finite numbers > 0"),
+    (dict(prior_precision=[1.0, "big"]), r"prior_precision\[1\] must be a finite number > 0, got 'big'"),
     (dict(bias_precision="big"), "bias_precision must be a positive number or a list of 2"),
     (dict(bias="yes"), "bias must be True or False"),
 ])

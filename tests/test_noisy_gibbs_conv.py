@@ -298,9 +298,9 @@ def test_prior_init_starts_from_the_generative_process(tmp_path):
     (dict(layers=["conv:2:3", "dense:1"], output="probit"), "layers must end in 'dense:C' with C >= 2"),
     (dict(output="softmax"), "output must be one of"),
     (dict(delta=[0.1, 0.2]), r"delta must be a positive number or a list of 3"),
-    (dict(delta=0.0), "delta must hold finite numbers > 0"),
+    (dict(delta=0.0), "delta must be a finite number > 0"),
     (dict(prior_precision=[1.0, 2.0, 3.0]), r"prior_precision must be a positive number or a list of 2"),
-    (dict(bias_precision=-1.0), "bias_precision must hold finite numbers > 0"),
+    (dict(bias_precision=-1.0), "bias_precision must be a finite number > 0"),
     (dict(bias=1), "bias must be True or False"),
 ])
 def test_noisy_cnn_bad_arguments(kwargs, message):

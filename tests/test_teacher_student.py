@@ -70,7 +70,7 @@ def test_same_seed_same_data_other_seed_other_teacher():
     (dict(num_train=0), "num_train must be an integer >= 1"),
     (dict(noiseless_labels="no"), "noiseless_labels must be True or False"),
     (dict(widths=(3, 2)), "widths must end in 1"),
-    (dict(delta_x=0.0), "delta_x must hold finite numbers > 0"),
+    (dict(delta_x=0.0), "delta_x must be a finite number > 0"),
     (dict(batch_size=0), "batch_size must be a positive integer or None"),
 ])
 def test_bad_arguments(kwargs, message):

@@ -31,16 +31,6 @@ Task = Literal["classification", "regression"]
 SPLITS = ("train", "val", "test")
 
 
-def check_float(name: str, value: object, minimum: float | None = None) -> float:
-    """Return ``value`` as a float if it is a finite real >= ``minimum``, else raise ``ValueError``."""
-    allowed = "a finite real number" + ("" if minimum is None else f" >= {minimum}")
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    return float(value)
-
-
 def check_choice(name: str, value: object, choices: tuple) -> None:
     """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``choices``."""
     if value not in choices:

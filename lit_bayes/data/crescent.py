@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from lit_bayes.data.base import check_float
 from lit_bayes.data.synthetic import _check_sizes, _SampledSplits
-from lit_bayes.models.crescent import Crescent
+from lit_bayes.models.crescent import Crescent, check_psi
+from lit_bayes.validation import check_float, check_positive
 
 __all__ = ["CrescentData"]
 
@@ -60,15 +60,11 @@ class CrescentData(_SampledSplits):
             num_workers=num_workers,
         )
         self.sizes = _check_sizes(num_train, num_val, num_test)
-        self.psi = check_float("psi", psi)
-        if self.psi == 0:
-            raise ValueError(f"psi must be a finite, non-zero real number (Eq. 8 divides by psi), got {psi!r}")
+        self.psi = check_psi(psi)
         if isinstance(phi, (str, bytes)) or not isinstance(phi, Sequence) or len(phi) != 2:
             raise ValueError(f"phi must be a pair (phi_1, phi_2) of finite numbers, got {phi!r}")
         self.phi = tuple(check_float(f"phi[{i}]", v) for i, v in enumerate(phi))
-        self.noise_std = check_float("noise_std", noise_std, minimum=0.0)
-        if self.noise_std == 0:
-            raise ValueError(f"noise_std must be > 0, got {noise_std!r}")
+        self.noise_std = check_positive("noise_std", noise_std)
 
     @property
     def true_mean(self) -> float:

@@ -14,8 +14,8 @@ import torch
 import torchvision
 from torch import Tensor
 
-from .base import BayesDataModule, check_choice, check_float
-from lit_bayes.validation import check_int
+from .base import BayesDataModule, check_choice
+from lit_bayes.validation import check_float, check_int
 
 __all__ = ["TorchvisionImages"]
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .base import BayesDataModule, check_float
-from lit_bayes.validation import check_int
+from .base import BayesDataModule
+from lit_bayes.validation import check_float, check_int
 
 __all__ = ["LinearRegression", "NoisyXOR", "SyntheticRegression", "TwoMoons"]
 

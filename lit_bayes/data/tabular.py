@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .base import BayesDataModule, Task, check_choice, check_float
-from lit_bayes.validation import check_int
+from .base import BayesDataModule, Task, check_choice
+from lit_bayes.validation import check_float, check_int
 
 __all__ = ["TabularCSV"]
 

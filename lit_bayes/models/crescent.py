@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_bayes.posterior import GaussianPrior
+from lit_bayes.validation import check_float, check_positive
 
 __all__ = ["PRIOR_VARIANCES", "Crescent", "grid_log_joint", "grid_posterior", "brute_force_mle"]
 
@@ -34,21 +35,19 @@ PRIOR_VARIANCES = (2.0, 1.0)
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
-def _check_finite(name: str, value: object, nonzero: bool = False) -> float:
-    allowed = "a finite, non-zero real number" if nonzero else "a finite real number"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    if nonzero and value == 0:
-        raise ValueError(f"{name} must be {allowed} (Eq. 8 divides by psi), got {value!r}")
-    return float(value)
+def check_psi(psi: object) -> float:
+    """``psi`` as a float if it is a finite, non-zero real, else ``ValueError``."""
+    value = check_float("psi", psi)
+    if value == 0:
+        raise ValueError(f"psi must be a finite, non-zero real number (Eq. 8 divides by psi), got {psi!r}")
+    return value
 
 
 def _check_variances(prior_variances: Sequence[float]) -> tuple[float, float]:
-    if len(prior_variances) != 2 or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in prior_variances
-    ):
+    if len(prior_variances) != 2:
         raise ValueError(f"prior_variances must be two finite numbers > 0, got {prior_variances!r}")
-    return float(prior_variances[0]), float(prior_variances[1])
+    first, second = (check_positive(f"prior_variances[{i}]", v) for i, v in enumerate(prior_variances))
+    return first, second
 
 
 class Crescent(nn.Module):
@@ -67,10 +66,10 @@ class Crescent(nn.Module):
 
     def __init__(self, psi: float = 0.1, phi: Sequence[float] = (0.0, 0.0)) -> None:
         super().__init__()
-        psi = _check_finite("psi", psi, nonzero=True)
+        psi = check_psi(psi)
         if isinstance(phi, (str, bytes)) or not isinstance(phi, Sequence) or len(phi) != 2:
             raise ValueError(f"phi must be a pair (phi_1, phi_2) of finite numbers, got {phi!r}")
-        phi1, phi2 = (_check_finite(f"phi[{i}]", v) for i, v in enumerate(phi))
+        phi1, phi2 = (check_float(f"phi[{i}]", v) for i, v in enumerate(phi))
         self.phi1 = nn.Parameter(torch.tensor(phi1))
         self.phi2 = nn.Parameter(torch.tensor(phi2))
         self.psi = nn.Parameter(torch.tensor(psi))
@@ -118,7 +117,7 @@ def grid_log_joint(
     Gaussian likelihood: ``sum_k log N(y_k; m, 1) = -N/2 log 2 pi - S/2 - N (m - ybar)^2 / 2``
     with ``S = sum_k (y_k - ybar)^2``."""
     y = _check_data(y)
-    psi = _check_finite("psi", psi, nonzero=True)
+    psi = check_psi(psi)
     phi1, phi2 = _check_axis("phi1", phi1), _check_axis("phi2", phi2)
     v1, v2 = _check_variances(prior_variances)
     n, ybar = y.numel(), y.mean()

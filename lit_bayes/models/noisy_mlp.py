@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch.special import log_ndtr
 
 from lit_bayes.posterior import Categorical, Gaussian, GaussianPrior, Likelihood
+from lit_bayes.validation import check_positive
 
 __all__ = ["ACTIVATIONS", "MultinomialProbit", "NoisyMLP"]
 
@@ -34,17 +35,15 @@ def _per_layer(name: str, value: float | Sequence[float] | None, count: int,
     """One positive finite number per layer from a scalar, a sequence of ``count`` numbers, or ``None`` (default)."""
     if value is None and default is not None:
         return default
-    values = [value] * count if isinstance(value, numbers.Real) and not isinstance(value, bool) else value
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return [check_positive(name, value)] * count
     try:
-        values = list(values)
+        values = list(value)
     except TypeError:
         raise ValueError(f"{name} must be a positive number or a list of {count}, got {value!r}") from None
     if len(values) != count:
         raise ValueError(f"{name} must be a positive number or a list of {count} (one per layer), got {value!r}")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (math.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must hold finite numbers > 0, got {value!r}")
-    return [float(v) for v in values]
+    return [check_positive(f"{name}[{i}]", v) for i, v in enumerate(values)]
 
 
 class MultinomialProbit(Categorical):
@@ -58,10 +57,7 @@ class MultinomialProbit(Categorical):
 
     def __init__(self, num_classes: int, noise_var: float, num_nodes: int = 32) -> None:
         super().__init__(num_classes)
-        if isinstance(noise_var, bool) or not isinstance(noise_var, numbers.Real) or not (
-                math.isfinite(noise_var) and noise_var > 0):
-            raise ValueError(f"noise_var must be a finite number > 0, got {noise_var!r}")
-        self.noise_var = float(noise_var)
+        self.noise_var = check_positive("noise_var", noise_var)
         nodes, weights = np.polynomial.hermite.hermgauss(num_nodes)
         self.register_buffer("nodes", torch.tensor(nodes * math.sqrt(2.0)), persistent=False)
         self.register_buffer("log_weights", torch.tensor(np.log(weights) - 0.5 * math.log(math.pi)), persistent=False)

@@ -26,7 +26,7 @@ from lit_bayes.posterior import GaussianPrior, Likelihood
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.steppers.kernels import make_kernel
 from lit_bayes.steppers.smc import ParticleStepper, Reweighted
-from lit_bayes.validation import check_int
+from lit_bayes.validation import check_int, check_positive
 
 __all__ = ["OHSMC", "SGSMC"]
 
@@ -99,15 +99,12 @@ class FeynmanKacSampler(SamplerModule):
             vectorize,
         )
         check_optimizer_name(optimizer)
-        for name, value in (("lr", lr), ("lr_decay", lr_decay)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        self.lr_decay = float(lr_decay)
+        self.lr = check_positive("lr", lr)
+        self.lr_decay = check_positive("lr_decay", lr_decay)
         self.lr_decay_steps = check_int("lr_decay_steps", lr_decay_steps, 1)
         self.kernel = make_kernel(kernel, self.prior, kernel_options)
         self.stepper = ParticleStepper(resampling, ess_threshold)
         self.optimizer_name = optimizer
-        self.lr = float(lr)
         self.optimizer_options = dict(optimizer_options or {})
         for p in model.deterministic_parameters():
             p.requires_grad_(True)

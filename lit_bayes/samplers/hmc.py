@@ -1,8 +1,6 @@
 """``HMC`` and ``MALA``: full-batch Metropolis-corrected baselines over batched chains."""
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any, Literal
 
 import torch
@@ -11,6 +9,7 @@ from torch import Tensor, nn
 from lit_bayes.posterior import GaussianPrior, Likelihood
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.steppers.hmc import HMCStepper
+from lit_bayes.validation import check_positive
 
 __all__ = ["HMC", "MALA"]
 
@@ -51,9 +50,7 @@ class HMC(SamplerModule):
     ) -> None:
         if init not in ("module", "prior", "template", "normal"):
             raise ValueError(f"init must be 'module', 'prior', 'template' or 'normal', got {init!r}")
-        if isinstance(init_std, bool) or not isinstance(init_std, numbers.Real) or not (
-                math.isfinite(init_std) and init_std > 0):
-            raise ValueError(f"init_std must be a finite number > 0, got {init_std!r}")
+        check_positive("init_std", init_std)
         super().__init__(
             model, likelihood, prior, num_data, temperature, "rescaled",
             num_chains, burn_in, thinning, seed, "template" if init == "normal" else init, vectorize,

@@ -9,6 +9,7 @@ from torch import nn
 from lit_bayes.optimizers import check_optimizer_name, make_optimizer
 from lit_bayes.posterior import GaussianPrior, Likelihood
 from lit_bayes.samplers.base import SamplerModule
+from lit_bayes.validation import check_positive
 
 __all__ = ["MAP"]
 
@@ -48,8 +49,7 @@ class MAP(SamplerModule):
             num_chains, 0, 1, seed, init, vectorize,
         )
         check_optimizer_name(optimizer)
-        if not isinstance(lr, (int, float)) or not lr > 0:
-            raise ValueError(f"lr must be a positive number, got {lr!r}")
+        check_positive("lr", lr)
         self.optimizer_name = optimizer
         self.lr = float(lr)
         self.optimizer_options = dict(optimizer_options or {})

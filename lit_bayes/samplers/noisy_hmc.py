@@ -28,8 +28,6 @@ only (the latents are discarded, §1.1), and predictions use the noiseless netwo
 """
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -42,6 +40,7 @@ from lit_bayes.samplers.base import rank_seed
 from lit_bayes.samplers.hmc import HMC
 from lit_bayes.samplers.noisy_gibbs import DTYPES, CanonicalBatch, InformedStart
 from lit_bayes.steppers.hmc import HMCStepper
+from lit_bayes.validation import check_positive
 
 __all__ = ["IntermediateHMC", "IntermediateMALA"]
 
@@ -100,9 +99,7 @@ class IntermediateHMC(InformedStart, HMC):
             raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
-        if not isinstance(step_size, numbers.Real) or isinstance(step_size, bool) or not (
-                math.isfinite(step_size) and step_size > 0):
-            raise ValueError(f"step_size must be a finite number > 0, got {step_size!r}")
+        check_positive("step_size", step_size)
         super().__init__(model, model.likelihood(), model.prior(), step_size, num_leapfrog, target_accept,
                          adapt_steps, num_data, 1.0, num_chains, burn_in, thinning, seed,
                          "template" if init == "zeros" else init, True, init_std)

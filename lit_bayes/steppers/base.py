@@ -1,12 +1,13 @@
 """Common base of the stochastic-gradient MCMC steppers."""
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
+
+from lit_bayes.validation import check_positive
 
 __all__ = ["NoisyStepper"]
 
@@ -21,9 +22,7 @@ class NoisyStepper(Optimizer):
     """
 
     def __init__(self, params: Iterable, defaults: dict, generator: torch.Generator | None = None) -> None:
-        lr = defaults.get("lr")
-        if not isinstance(lr, (int, float)) or not (lr > 0 and math.isfinite(lr)):
-            raise ValueError(f"lr (the step size) must be a finite positive number, got {lr!r}")
+        check_positive("lr", defaults.get("lr"))
         super().__init__(params, defaults)
         self.generator = generator
 

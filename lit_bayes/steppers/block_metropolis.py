@@ -27,6 +27,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lit_bayes.incremental import BlockTarget
+from lit_bayes.validation import check_positive
 
 __all__ = ["BlockMetropolis"]
 
@@ -56,9 +57,9 @@ class BlockMetropolis(Optimizer):
         adapt_steps: int = 0,
         generator: torch.Generator | None = None,
     ) -> None:
-        variances = [float(v) for v in variances]
-        if not variances or not all(v > 0 and math.isfinite(v) for v in variances):
-            raise ValueError(f"variances must be finite positive proposal variances, one per block, got {variances!r}")
+        variances = [check_positive(f"variances[{i}]", v) for i, v in enumerate(variances)]
+        if not variances:
+            raise ValueError("variances must hold one proposal variance per block, got none")
         if not 0.0 < target_accept < 1.0:
             raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}")
         if isinstance(adapt_steps, bool) or not isinstance(adapt_steps, int) or adapt_steps < 0:

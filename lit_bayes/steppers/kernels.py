@@ -12,17 +12,11 @@ import torch
 from torch import Tensor
 
 from lit_bayes.posterior import GaussianPrior
-from lit_bayes.validation import check_int
+from lit_bayes.validation import check_int, check_positive
 
 __all__ = ["OrnsteinUhlenbeck", "RandomWalk", "RandomWalkMetropolis", "make_kernel"]
 
 Particles = Mapping[str, Tensor]
-
-
-def _check_positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
 
 
 def _noise(p: Tensor, generator: torch.Generator) -> Tensor:
@@ -34,7 +28,7 @@ class RandomWalk:
     variance 0.01 for pBNNs); not invariant for any posterior, it sets the cloud's spread."""
 
     def __init__(self, variance: float) -> None:
-        self.std = _check_positive("variance", variance) ** 0.5
+        self.std = check_positive("variance", variance) ** 0.5
 
     def move(self, particles: Particles, generator: torch.Generator, log_target=None) -> dict[str, Tensor]:
         return {n: torch.add(p, _noise(p, generator), alpha=self.std) for n, p in particles.items()}
@@ -46,7 +40,7 @@ class OrnsteinUhlenbeck:
     ``phi' = z phi + sqrt(v (1 - z^2)) eps`` (spec §3, the UCI move, delta = 0.1)."""
 
     def __init__(self, delta: float, prior: GaussianPrior) -> None:
-        self.delta = _check_positive("delta", delta)
+        self.delta = check_positive("delta", delta)
         self.prior = prior
 
     def move(self, particles: Particles, generator: torch.Generator, log_target=None) -> dict[str, Tensor]:
@@ -65,7 +59,7 @@ class RandomWalkMetropolis:
     (a 0-d tensor, so reading it is the caller's choice of when to synchronise)."""
 
     def __init__(self, variance: float, steps: int = 10) -> None:
-        self.std = _check_positive("variance", variance) ** 0.5
+        self.std = check_positive("variance", variance) ** 0.5
         self.steps = check_int("steps", steps, 1)
         self.acceptance = torch.tensor(float("nan"))
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 import torch
 
 from lit_bayes.steppers.base import NoisyStepper
+from lit_bayes.validation import check_positive
 
 __all__ = ["PSGLD"]
 
@@ -39,8 +40,7 @@ class PSGLD(NoisyStepper):
     ) -> None:
         if not 0.0 <= alpha < 1.0:
             raise ValueError(f"alpha must be in [0, 1), got {alpha!r}")
-        if not eps_precond > 0:
-            raise ValueError(f"eps_precond must be > 0, got {eps_precond!r}")
+        check_positive("eps_precond", eps_precond)
         if adapt_steps is not None and (not isinstance(adapt_steps, int) or adapt_steps < 1):
             raise ValueError(f"adapt_steps must be a positive integer or None, got {adapt_steps!r}")
         defaults = {"lr": lr, "alpha": alpha, "eps_precond": eps_precond, "adapt_steps": adapt_steps}

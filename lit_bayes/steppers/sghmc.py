@@ -6,6 +6,7 @@ from collections.abc import Iterable
 import torch
 
 from lit_bayes.steppers.base import NoisyStepper
+from lit_bayes.validation import check_positive
 
 __all__ = ["SGHMC"]
 
@@ -31,8 +32,7 @@ class SGHMC(NoisyStepper):
         noise_estimate: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> None:
-        if not friction > 0:
-            raise ValueError(f"friction must be > 0, got {friction!r}")
+        check_positive("friction", friction)
         if not noise_estimate >= 0:
             raise ValueError(f"noise_estimate must be >= 0, got {noise_estimate!r}")
         super().__init__(params, {"lr": lr, "friction": friction, "noise_estimate": noise_estimate}, generator)
