@@ -1,5 +1,6 @@
 """The noisy-gibbs Exp. A recipe (noisy-gibbs spec §6.1) at a tiny size: the CLI run reports the
 thermalization check in summary.json, and the comparison script prints ours beside the paper."""
+import csv
 import json
 import subprocess
 import sys
@@ -48,6 +49,30 @@ def test_exp_a_script_prints_ours_beside_the_paper(tmp_path):
     table = json.loads((tmp_path / "exp_a.json").read_text())
     assert table["zeros"]["steps"] == 20 and table["zeros"]["paper"]["informed_test_mse"] == 1.5e-4
     assert table["zeros"]["ours"]["records"] == 11.0 and table["zeros"]["trace"][0][0] == 0
+
+
+def run_exp_a(*args: str) -> dict:
+    subprocess.run([sys.executable, str(RECIPES / "run_exp_a.py"), "--inits", "zeros", "--every", "2",
+                    "--num-train", "30", "--num-test", "20", *args], cwd=ROOT, check=True, capture_output=True)
+    root = Path(args[args.index("--root") + 1])
+    return json.loads((root / "exp_a.json").read_text())["zeros"]
+
+
+def test_exp_a_script_reports_from_a_checkpoint_and_resumes_exactly(tmp_path):
+    """``--report`` reads the thermalization verdict of a run from its newest checkpoint, and a run of
+    20 sweeps continued with ``--resume`` to 40 gives the uninterrupted 40-sweep run's records."""
+    split, whole = str(tmp_path / "split"), str(tmp_path / "whole")
+    first = run_exp_a("--steps", "20", "--root", split)
+    reported = run_exp_a("--report", "--root", split)
+    assert reported["steps"] == 20 and reported["checkpoint"].endswith("last.ckpt")
+    assert reported["ours"] == first["ours"]
+    resumed = run_exp_a("--steps", "40", "--resume", "--root", split)
+    uninterrupted = run_exp_a("--steps", "40", "--root", whole)
+    assert resumed["steps"] == 40 and resumed["ours"]["records"] == 21.0
+    assert resumed["ours"] == uninterrupted["ours"]
+    assert resumed["trace"] == uninterrupted["trace"] and resumed["trace"][-1][0] == 40
+    with (tmp_path / "split" / "zeros" / "version_1" / "metrics.csv").open() as f:  # continued, not restarted
+        assert min(int(row["step"]) for row in csv.DictReader(f)) > 20
 
 
 def test_released_teacher_matches_the_released_informed_log():

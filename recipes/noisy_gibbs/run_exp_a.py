@@ -5,6 +5,8 @@
     python recipes/noisy_gibbs/run_exp_a.py --seed 1             # another teacher and data set
     python recipes/noisy_gibbs/run_exp_a.py --data released      # the paper's own teacher and data
     python recipes/noisy_gibbs/run_exp_a.py --inits zeros --num-train 200 --steps 300 --every 10
+    python recipes/noisy_gibbs/run_exp_a.py --data released --steps 1000000 --resume   # extend a run
+    python recipes/noisy_gibbs/run_exp_a.py --data released --report   # a running or killed run, as it stands
 
 For each uninformed start (``zeros``: the paper's Gibbs init; ``prior``: the paper's "random" inits,
 W from the prior and latents through eq. 7) it runs ``exp_a.yaml`` through ``lit-bayes fit`` (chain 0
@@ -16,6 +18,11 @@ random inits stay on a plateau ~1e-3, App. B / [code data]), and writes ``exp_a.
 ``--data released`` swaps the recipe's random teacher for the one of the paper's runs, redrawn from
 the seeds of its released script (``released_teacher.py``), for a like-for-like comparison with
 the released logs.
+
+The paper's chains run 2e6 sweeps, days on a CPU. ``--resume`` continues each init from the newest
+``last.ckpt`` under ``--root`` (written every 10,000 sweeps) up to ``--steps``; ``--report`` runs nothing
+and prints the same table from the newest checkpoint's records (``ThermalizationCheck`` keeps every record
+since sweep 0 in its checkpointed state), for a run still going or one that was killed.
 """
 from __future__ import annotations
 
@@ -25,8 +32,11 @@ import json
 import math
 from pathlib import Path
 
+import torch
 import yaml
 
+from lit_bayes.callbacks.thermalization import ThermalizationCheck
+from lit_bayes.cli import last_checkpoint
 from lit_bayes.cli import main as lit_bayes
 from released_teacher import released_test_mse  # this script's directory is on sys.path
 
@@ -67,14 +77,15 @@ def config(args: argparse.Namespace, init: str) -> dict:
 
 
 def trace_rows(directory: Path, points: int = 8) -> list[tuple[int, float, float]]:
-    """(step, informed MSE, mean uninformed MSE) at about ``points`` log-spaced records of metrics.csv."""
-    (path,) = directory.rglob("metrics.csv")
+    """(step, informed MSE, mean uninformed MSE) at about ``points`` log-spaced records of the metrics.csv
+    of every ``version_*`` under ``directory`` (a resumed run writes one more)."""
     rows = {}
-    with path.open() as f:
-        for row in csv.DictReader(f):
-            values = {k: float(v) for k, v in row.items() if k.startswith("thermalization/test_mse/") and v}
-            if values:
-                rows[int(row["step"])] = values
+    for path in sorted(directory.glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1])):
+        with path.open() as f:
+            for row in csv.DictReader(f):
+                values = {k: float(v) for k, v in row.items() if k.startswith("thermalization/test_mse/") and v}
+                if values:
+                    rows[int(row["step"])] = values
     steps = sorted(rows)
     picks = sorted({steps[min(len(steps) - 1, round((len(steps) - 1) * (i / (points - 1)) ** 2))]
                     for i in range(points)})
@@ -84,6 +95,34 @@ def trace_rows(directory: Path, points: int = 8) -> list[tuple[int, float, float
         uninformed = [v for k, v in values.items() if not k.endswith("/chain_0")]
         out.append((step, values["thermalization/test_mse/chain_0"], sum(uninformed) / len(uninformed)))
     return out
+
+
+def fit(directory: Path, cfg: dict, resume: bool) -> dict:
+    """Run (or with ``resume`` continue) one init's chains; its summary.json's steps, time and metrics."""
+    path = directory / "exp_a.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    checkpoint = last_checkpoint(directory) if resume else None
+    lit_bayes(["fit", "-c", str(path), "--wandb", "false", "--trainer.enable_progress_bar", "false",
+               "--trainer.default_root_dir", str(directory), "--summary.directory", str(directory),
+               *(["--ckpt_path", str(checkpoint)] if checkpoint else [])])
+    summary = json.loads((directory / "summary.json").read_text())
+    return {"steps": summary["steps"], "wall_time_s": summary["wall_time_s"],
+            "ours": {k.split("/", 1)[1]: v for k, v in summary["metrics"].items() if k.startswith("thermalization/")}}
+
+
+def report(directory: Path) -> dict:
+    """The thermalization metrics of the records in the newest checkpoint under ``directory`` (NaN as
+    None, as summary.json has them)."""
+    checkpoint = last_checkpoint(directory)
+    if checkpoint is None:
+        raise SystemExit(f"--report: no version_*/checkpoints/last.ckpt under {directory}")
+    cfg = yaml.safe_load((directory / "exp_a.yaml").read_text())
+    (check_args,) = [c["init_args"] for c in cfg["trainer"]["callbacks"] if c["class_path"].endswith("ThermalizationCheck")]
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    check = ThermalizationCheck(**check_args)
+    check.load_state_dict(state["callbacks"]["ThermalizationCheck"])
+    return {"steps": state["global_step"], "wall_time_s": None, "checkpoint": str(checkpoint),
+            "ours": {k.split("/", 1)[1]: v if math.isfinite(v) else None for k, v in check.summary_metrics().items()}}
 
 
 def show(value) -> str:
@@ -104,6 +143,9 @@ def main() -> None:
     parser.add_argument("--num-train", type=int, help="training points (default the paper's 2084)")
     parser.add_argument("--num-test", type=int, help="test points (default 2000)")
     parser.add_argument("--root", default="runs/noisy_gibbs_exp_a", help="where runs and exp_a.json go")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--resume", action="store_true", help="continue each init from its newest last.ckpt")
+    action.add_argument("--report", action="store_true", help="run nothing: the table from the newest checkpoints")
     args = parser.parse_args()
     if args.data == "released" and (args.num_train is not None or args.num_test is not None):
         parser.error("--num-train and --num-test: the released data set has the paper's sizes only")
@@ -112,14 +154,8 @@ def main() -> None:
     for init in args.inits:
         directory = root / init
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / "exp_a.yaml"
-        path.write_text(yaml.safe_dump(config(args, init), sort_keys=False))
-        lit_bayes(["fit", "-c", str(path), "--wandb", "false", "--trainer.enable_progress_bar", "false",
-                   "--trainer.default_root_dir", str(directory), "--summary.directory", str(directory)])
-        summary = json.loads((directory / "summary.json").read_text())
-        metrics = {k.split("/", 1)[1]: v for k, v in summary["metrics"].items() if k.startswith("thermalization/")}
-        results[init] = {"steps": summary["steps"], "wall_time_s": summary["wall_time_s"], "ours": metrics,
-                         "paper": PAPER[init], "trace": trace_rows(directory)}
+        result = report(directory) if args.report else fit(directory, config(args, init), args.resume)
+        results[init] = {**result, "paper": PAPER[init], "trace": trace_rows(directory)}
     print("\nExp. A (d = 50, K = 10, Delta = 1e-4): ours vs the paper (Fig. 1, App. B, released logs)")
     print(f"{'init':>6} {'sweeps':>7} {'':>6} " + " ".join(f"{c:>20}" for c in COLUMNS))
     for init, result in results.items():
@@ -128,8 +164,8 @@ def main() -> None:
         print(f"{'':>6} {'':>7} {'paper':>6} " + " ".join(f"{show(result['paper'][c]):>20}" for c in COLUMNS))
     for init, result in results.items():
         released = " | released logs: sweep, informed, uninformed" if args.data == "released" else ""
-        print(f"\n{init}: test MSE against the teacher (step, informed, uninformed mean{released}), "
-              f"{result['wall_time_s']:.0f} s")
+        took = f"{result['wall_time_s']:.0f} s" if result["wall_time_s"] is not None else result["checkpoint"]
+        print(f"\n{init}: test MSE against the teacher (step, informed, uninformed mean{released}), {took}")
         for step, informed, uninformed in result["trace"]:
             paper = ""
             if args.data == "released":
