@@ -73,6 +73,9 @@ def test_exp_a_script_reports_from_a_checkpoint_and_resumes_exactly(tmp_path):
     assert resumed["trace"] == uninterrupted["trace"] and resumed["trace"][-1][0] == 40
     with (tmp_path / "split" / "zeros" / "version_1" / "metrics.csv").open() as f:  # continued, not restarted
         assert min(int(row["step"]) for row in csv.DictReader(f)) > 20
+    refused = subprocess.run([sys.executable, str(RECIPES / "run_exp_a.py"), "--inits", "zeros", "--steps", "60",
+                              "--resume", "--seed", "1", "--root", split], cwd=ROOT, capture_output=True, text=True)
+    assert refused.returncode != 0 and "was run with other settings" in refused.stderr
 
 
 def test_released_teacher_matches_the_released_informed_log():

@@ -97,9 +97,19 @@ def trace_rows(directory: Path, points: int = 8) -> list[tuple[int, float, float
     return out
 
 
+def chain_settings(cfg: dict) -> dict:
+    """What a continued run must share with the run it continues: teacher, data, target, chains, records
+    (not its length, burn-in or checkpoint interval)."""
+    model = {k: v for k, v in cfg["model"]["init_args"].items() if k != "burn_in"}
+    return {"seed": cfg["seed_everything"], "data": cfg["data"], "model": model, "callbacks": cfg["trainer"]["callbacks"]}
+
+
 def fit(directory: Path, cfg: dict, resume: bool) -> dict:
     """Run (or with ``resume`` continue) one init's chains; its summary.json's steps, time and metrics."""
     path = directory / "exp_a.yaml"
+    if resume and path.exists() and chain_settings(yaml.safe_load(path.read_text())) != chain_settings(cfg):
+        raise SystemExit(f"--resume: {path} was run with other settings; pass the same --data, --seed, --chains, "
+                         "--every, --num-train and --num-test")
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     checkpoint = last_checkpoint(directory) if resume else None
     lit_bayes(["fit", "-c", str(path), "--wandb", "false", "--trainer.enable_progress_bar", "false",
