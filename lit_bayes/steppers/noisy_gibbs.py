@@ -55,7 +55,7 @@ class LinearGaussianConditional:
         the row prior means ``(C, k, d)``."""
         if self.projector is not None and prior_mean is None:
             return (self.projector @ targets).mT
-        rhs = self.design.mT @ targets
+        rhs = (targets.mT @ self.design).mT  # D^T T as (T^T D)^T: the long axis m contiguous in both operands
         if prior_mean is not None:
             rhs = rhs + self.scaled_precision.unsqueeze(-1) * prior_mean.mT
         return torch.cholesky_solve(rhs, self.factor).mT
