@@ -6,7 +6,9 @@ chain started there is at equilibrium. Running it beside uninformed chains on th
 time at which the uninformed chains' test MSE against the teacher merges with the informed chain's
 is a lower bound on their thermalization time. R-hat (App. A) and the score (App. B.3) are computed
 on the same chains for comparison; the paper's Fig. 1 shows both can signal thermalization where
-the teacher-student test does not.
+the teacher-student test does not. The informed chain can also be read from an earlier run on the
+same teacher and data instead of run again (``informed_run``), which halves the cost of a long
+single uninformed chain.
 """
 from __future__ import annotations
 
@@ -63,6 +65,15 @@ class ThermalizationCheck(Callback):
     step 4, §8 item 5). The other chains keep the sampler's ``init`` (zeros, prior, ...): they are the
     uninformed chains. The sampler needs ``num_chains > informed_chains``.
 
+    **Reading the informed chain** (spec §4: "runs (or reads)"). With ``informed_run``, the path of a
+    checkpoint of an earlier run with this callback on the same teacher and data (checked: its
+    recorded teacher test outputs and a summary of its training set must equal this run's), no chain
+    is started at the teacher: every chain of the sampler is uninformed, and the merge rule below
+    takes that run's informed test-MSE records as the reference. Its records are copied into this
+    callback's state, so a resumed run or a report from a checkpoint does not need the file again.
+    R-hat between informed and uninformed chains needs their outputs side by side and is NaN then
+    (``rhat``, ``rhat_step``); the uninformed chains' own R-hat is computed as usual.
+
     Every ``every_n_steps`` sweeps (and at step 0, before the first sweep) it records for each chain:
 
     - the test MSE against the teacher's noiseless test outputs, (1/n_test) sum_mu (f(x_mu, W*) - f(x_mu, W))^2
@@ -76,11 +87,11 @@ class ThermalizationCheck(Callback):
     **Merge rule** (spec §4 steps 5-6 with the definitions of Sec. I.1; the paper merges by eye, the
     numbers are ours). Every chain's test MSE is smoothed by a trailing mean over ``window`` records.
     The informed chain starts at MSE 0 and must first become stationary (App. B.1): its reference
-    records are the last ``reference_fraction`` of them, with mean phi-bar. The stationary set
-    S_phi(delta) is estimated as the band from ``min(q_{delta/2}, (1 - tolerance) phi-bar)`` to
-    ``max(q_{1-delta/2}, (1 + tolerance) phi-bar)``, q the quantiles of the informed reference records:
-    the informed chain's own central 1 - delta range, or within ``tolerance`` of phi-bar, whichever is
-    wider. An uninformed chain has merged at the first recorded step after which its smoothed MSE lies
+    records are the last ``reference_fraction`` of them (of its own run's, when read), with mean
+    phi-bar. The stationary set S_phi(delta) is estimated as the band from
+    ``min(q_{delta/2}, (1 - tolerance) phi-bar)`` to ``max(q_{1-delta/2}, (1 + tolerance) phi-bar)``,
+    q the quantiles of the informed reference records: the informed chain's own central 1 - delta
+    range, or within ``tolerance`` of phi-bar, whichever is wider. An uninformed chain has merged at the first recorded step after which its smoothed MSE lies
     in that band up to a fraction ``delta`` of the records. The run's merge step is the largest over the
     uninformed chains; it is reported only when every uninformed chain has merged.
 
@@ -103,7 +114,8 @@ class ThermalizationCheck(Callback):
     Single-process runs only (every chain in one process).
 
     Args:
-        informed_chains: number of chains started at the teacher (>= 1).
+        informed_chains: number of chains started at the teacher (>= 1; default 1, or 0 with ``informed_run``,
+            the only value allowed with it).
         every_n_steps: sweeps between records (>= 1).
         window: records in the trailing mean of the merge rule (>= 1).
         tolerance: relative distance to phi-bar that always counts as merged (> 0).
@@ -113,11 +125,13 @@ class ThermalizationCheck(Callback):
         rhat_points: test points whose outputs enter R-hat (>= 1; at most the test set).
         rhat_block: records per R-hat block (>= 4, as split R-hat needs).
         rhat_threshold: R-hat below which a block counts as converged (> 1).
+        informed_run: a checkpoint (``.ckpt``) of an earlier run of this callback on the same teacher and
+            test set whose informed chains serve as the reference (see above); ``None``: run them here.
     """
 
     def __init__(
         self,
-        informed_chains: int = 1,
+        informed_chains: int | None = None,
         every_n_steps: int = 10,
         window: int = 10,
         tolerance: float = 0.2,
@@ -126,8 +140,16 @@ class ThermalizationCheck(Callback):
         rhat_points: int = 100,
         rhat_block: int = 50,
         rhat_threshold: float = 1.1,
+        informed_run: str | None = None,
     ) -> None:
-        self.informed_chains = check_int("informed_chains", informed_chains, 1)
+        if informed_run is None:
+            self.informed_chains = check_int("informed_chains", 1 if informed_chains is None else informed_chains, 1)
+        elif informed_chains not in (None, 0):
+            raise ValueError(f"informed_chains must be 0 with informed_run (the informed chains are read from "
+                             f"{informed_run!r}), got {informed_chains!r}")
+        else:
+            self.informed_chains = 0
+        self.informed_run = informed_run
         self.every_n_steps = check_int("every_n_steps", every_n_steps, 1)
         self.window = check_int("window", window, 1)
         self.tolerance = _check_float("tolerance", tolerance, 0.0)
@@ -143,6 +165,8 @@ class ThermalizationCheck(Callback):
         self._rhat: list[Tensor] = []  # per block: (end step, R-hat of all chains, of the uninformed chains)
         self._test: tuple[Tensor, Tensor] | None = None
         self._train: tuple[Tensor, Tensor] | None = None
+        self._reference: tuple[Tensor, Tensor] | None = None  # informed_run's (steps (R,), test MSE (I, R))
+        self._data_key = torch.zeros(0, dtype=torch.float64)  # teacher test outputs, then the training set's sums
 
     # ------------------------------------------------------------------ setup
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -175,9 +199,33 @@ class ThermalizationCheck(Callback):
             stacked = {n: p.double().unsqueeze(0) for n, p in teacher.named_parameters()}
             self._test = (x_test, teacher.stacked_forward(stacked, x_test.double())[0])
         x, y = datamodule.train_data.tensors
+        sums = torch.stack([torch.tensor(float(len(x))), x.double().sum(), y.double().sum(), y.double().square().sum()])
+        self._data_key = torch.cat([self._test[1].flatten().cpu(), sums.cpu()])
+        if self.informed_run is not None:
+            self._reference = self._read_informed_run()
+            return
         informed = range(self.informed_chains)
         pl_module.set_initial_parameters(dict(teacher.named_parameters()), informed)
         pl_module.set_initial_latents(x, y, latents, informed)
+
+    def _read_informed_run(self) -> tuple[Tensor, Tensor]:
+        """The informed chains' (steps, test MSE) records of ``informed_run``, checked to belong to a run on
+        this run's teacher and data (its teacher's test outputs and training-set sums)."""
+        checkpoint = torch.load(self.informed_run, map_location="cpu", weights_only=True)
+        state = checkpoint.get("callbacks", {}).get(self.state_key)
+        if state is None or "data_key" not in state:
+            raise ValueError(f"informed_run {self.informed_run!r} holds no {type(self).__name__} records of a "
+                             "teacher-student run (or was written by a version that did not save the teacher)")
+        informed = int(state["informed_chains"])
+        if informed == 0:
+            raise ValueError(f"informed_run {self.informed_run!r} has no informed chain (it read its own from "
+                             "another run): pass that run's checkpoint")
+        recorded = state["data_key"]
+        if recorded.shape != self._data_key.shape or not torch.allclose(recorded, self._data_key, rtol=1e-6,
+                                                                         atol=1e-12):
+            raise ValueError(f"informed_run {self.informed_run!r} was run on another teacher or data set: its "
+                             "teacher's test outputs or its training set differ from this run's")
+        return state["steps"].clone(), state["test_mse"][:informed].clone()
 
     # ---------------------------------------------------------------- records
     @torch.no_grad()
@@ -209,7 +257,8 @@ class ThermalizationCheck(Callback):
         logged.update({f"{PREFIX}score/chain_{c}": float(v) for c, v in enumerate(score)})
         if len(self._block) == self.rhat_block:
             block = torch.stack(self._block, dim=1)  # (C, N, points)
-            self._rhat.append(torch.tensor([float(self._steps[-1]), self._block_rhat(block),
+            with_informed = self._block_rhat(block) if self.informed_chains else math.nan
+            self._rhat.append(torch.tensor([float(self._steps[-1]), with_informed,
                                             self._block_rhat(block[self.informed_chains:])], dtype=torch.float64))
             self._block = []
             logged[f"{PREFIX}rhat"] = float(self._rhat[-1][1])
@@ -255,9 +304,11 @@ class ThermalizationCheck(Callback):
         traces = self.traces()
         steps, mse, score, rhat = traces["steps"], traces["test_mse"], traces["score"], traces["rhat"]
         smooth = trailing_mean(mse, self.window)
-        start = min(int(len(steps) * (1 - self.reference_fraction)), len(steps) - 1)
-        informed = smooth[: self.informed_chains, start:].flatten()
-        reference = float(mse[: self.informed_chains, start:].mean())
+        informed_mse = mse[: self.informed_chains] if self._reference is None else self._reference[1]
+        records = informed_mse.shape[1]
+        start = min(int(records * (1 - self.reference_fraction)), records - 1)
+        informed = trailing_mean(informed_mse, self.window)[:, start:].flatten()
+        reference = float(informed_mse[:, start:].mean())
         quantiles = torch.quantile(informed, torch.tensor([self.delta / 2, 1 - self.delta / 2], dtype=informed.dtype))
         low = min(float(quantiles[0]), (1 - self.tolerance) * reference)
         high = max(float(quantiles[1]), (1 + self.tolerance) * reference)
@@ -305,7 +356,10 @@ class ThermalizationCheck(Callback):
     def state_dict(self) -> dict[str, Any]:
         traces = self.traces()
         pending = torch.stack(self._block, dim=1) if self._block else torch.zeros(0, 0, 0, dtype=torch.float64)
-        return {**traces, "rhat_pending": pending}
+        empty = torch.zeros(0, dtype=torch.float64)
+        reference_steps, reference_mse = self._reference or (empty.long(), empty.reshape(0, 0))
+        return {**traces, "rhat_pending": pending, "informed_chains": torch.tensor(self.informed_chains),
+                "data_key": self._data_key, "reference_steps": reference_steps, "reference_test_mse": reference_mse}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._steps = [int(s) for s in state_dict["steps"]]
@@ -313,3 +367,7 @@ class ThermalizationCheck(Callback):
         self._score = list(state_dict["score"].unbind(dim=1))
         self._rhat = list(state_dict["rhat"].unbind(dim=0))
         self._block = list(state_dict["rhat_pending"].unbind(dim=1))
+        self._data_key = state_dict.get("data_key", self._data_key)
+        reference = state_dict.get("reference_test_mse")
+        self._reference = (state_dict["reference_steps"], reference) if reference is not None and reference.numel() \
+            else None

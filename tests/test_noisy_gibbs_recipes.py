@@ -78,6 +78,20 @@ def test_exp_a_script_reports_from_a_checkpoint_and_resumes_exactly(tmp_path):
     assert refused.returncode != 0 and "was run with other settings" in refused.stderr
 
 
+def test_exp_a_script_reads_the_informed_chain_of_an_earlier_run(tmp_path):
+    """``--informed-from``: a run of uninformed chains only, judged against the informed records of an
+    earlier run on the same data (its informed test MSE and trace column), also in ``--report``."""
+    earlier = run_exp_a("--steps", "20", "--root", str(tmp_path / "earlier"))
+    (checkpoint,) = (tmp_path / "earlier" / "zeros").glob("version_*/checkpoints/last.ckpt")
+    read = run_exp_a("--steps", "20", "--chains", "1", "--informed-from", str(checkpoint),
+                     "--root", str(tmp_path / "read"))
+    assert read["ours"]["informed_test_mse"] == earlier["ours"]["informed_test_mse"]
+    assert [row[:2] for row in read["trace"]] == [row[:2] for row in earlier["trace"]]
+    assert read["trace"][0][2] > 0.01  # chain 0 is uninformed (the zero start)
+    assert read["ours"]["rhat"] is None  # no R-hat with the informed chain
+    assert run_exp_a("--report", "--root", str(tmp_path / "read"))["ours"] == read["ours"]
+
+
 def test_released_teacher_matches_the_released_informed_log():
     """The paper's Exp. A teacher redrawn from its script's seeds: the first row of the released
     informed log (|W1|, |W2|, mean squared noiseless training output), and labels that follow eq. 7

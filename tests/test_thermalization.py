@@ -20,11 +20,11 @@ from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
 WIDTHS = (5, 4, 1)
 
 
-def fit(activation, delta, init, steps, root, callbacks=(), ckpt_path=None, **check):
+def fit(activation, delta, init, steps, root, callbacks=(), ckpt_path=None, num_chains=3, data_seed=0, **check):
     torch.set_num_threads(1)
     data = TeacherStudent(widths=WIDTHS, activation=activation, delta_z=delta, delta_x=delta, num_train=60,
-                          num_test=100, seed=0)
-    sampler = NoisyGibbs(NoisyMLP(WIDTHS, activation, delta, delta), num_chains=3, init=init, seed=1)
+                          num_test=100, seed=data_seed)
+    sampler = NoisyGibbs(NoisyMLP(WIDTHS, activation, delta, delta), num_chains=num_chains, init=init, seed=1)
     options = dict(every_n_steps=2, window=10, rhat_block=25, rhat_points=20, tolerance=0.5)
     check_callback = ThermalizationCheck(**{**options, **check})
     checkpointing = any(isinstance(c, ModelCheckpoint) for c in callbacks)
@@ -85,6 +85,61 @@ def test_resumed_run_continues_the_traces_exactly(tmp_path):
     assert full.traces()["rhat"].shape == (1, 3)  # 7 records: one full block of 4, three pending
 
 
+def last_checkpoint_every(steps, directory):
+    return ModelCheckpoint(dirpath=directory, save_last=True, save_on_train_epoch_end=True, every_n_epochs=steps)
+
+
+def same_metrics(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a)
+
+
+def test_informed_chain_read_from_an_earlier_run(tmp_path):
+    """With ``informed_run`` every chain of the run is uninformed and the merge rule takes the earlier run's
+    informed records: the verdict equals the one given with those records as the run's own chain 0. The
+    records travel in the run's state, so a report from it needs the earlier checkpoint no more."""
+    first, _, _ = fit("linear", 0.05, "zeros", 300, tmp_path / "a",
+                      callbacks=[last_checkpoint_every(300, tmp_path / "a")])
+    informed_run = str(tmp_path / "a" / "last.ckpt")
+    read, sampler, _ = fit("linear", 0.05, "zeros", 300, tmp_path / "b", num_chains=2, informed_run=informed_run)
+    traces, informed = read.traces(), first.traces()
+    assert traces["test_mse"].shape == (2, 151) and (traces["test_mse"][:, 0] > 1e-3).all()  # none at the teacher
+    assert torch.equal(traces["steps"], informed["steps"])
+    own = ThermalizationCheck(every_n_steps=2, window=10, rhat_block=25, rhat_points=20, tolerance=0.5)
+    own.load_state_dict({"steps": traces["steps"], "rhat": traces["rhat"],
+                         "test_mse": torch.cat([informed["test_mse"][:1], traces["test_mse"]]),
+                         "score": torch.cat([informed["score"][:1], traces["score"]]),
+                         "rhat_pending": torch.zeros(0, 0, 0, dtype=torch.float64)})
+    expected = {k.replace("chain_1", "chain_0").replace("chain_2", "chain_1"): v
+                for k, v in own.summary_metrics().items()}
+    metrics = read.summary_metrics()
+    assert metrics["thermalization/merged"] == 1.0  # the read chains do merge with the read informed chain
+    assert math.isnan(metrics["thermalization/rhat"]) and math.isfinite(metrics["thermalization/rhat_uninformed"])
+    for key in ("thermalization/rhat", "thermalization/rhat_step"):
+        expected[key] = metrics[key]  # R-hat with the informed chain needs its outputs: NaN when read
+    assert same_metrics(metrics, expected)
+    state = read.state_dict()
+    (tmp_path / "a" / "last.ckpt").unlink()
+    reported = ThermalizationCheck(every_n_steps=2, window=10, rhat_block=25, rhat_points=20, tolerance=0.5,
+                                   informed_run=informed_run)
+    reported.load_state_dict(state)
+    assert same_metrics(reported.summary_metrics(), metrics)
+
+
+def test_informed_run_must_come_from_an_informed_run_on_the_same_teacher(tmp_path):
+    fit("relu", 0.1, "zeros", 4, tmp_path / "a", callbacks=[last_checkpoint_every(4, tmp_path / "a")],
+        every_n_steps=1, window=2, rhat_block=4)
+    informed_run = str(tmp_path / "a" / "last.ckpt")
+    with pytest.raises(ValueError, match="informed_run .* was run on another teacher or data set"):
+        fit("relu", 0.1, "zeros", 2, tmp_path / "b", num_chains=1, data_seed=1, informed_run=informed_run)
+    fit("relu", 0.1, "zeros", 4, tmp_path / "c", num_chains=1, informed_run=informed_run, every_n_steps=1, window=2,
+        rhat_block=4, callbacks=[last_checkpoint_every(4, tmp_path / "c")])
+    with pytest.raises(ValueError, match="informed_run .* has no informed chain"):
+        fit("relu", 0.1, "zeros", 2, tmp_path / "d", num_chains=1, informed_run=str(tmp_path / "c" / "last.ckpt"))
+    torch.save({"callbacks": {}}, tmp_path / "other.ckpt")
+    with pytest.raises(ValueError, match="informed_run .* holds no ThermalizationCheck records"):
+        fit("relu", 0.1, "zeros", 2, tmp_path / "e", num_chains=1, informed_run=str(tmp_path / "other.ckpt"))
+
+
 def test_settled_index_allows_a_fraction_delta_outside():
     inside = torch.tensor([False, False, True, True, False, True, True, True, True, True])
     assert settled_index(inside, 0.0) == 5
@@ -102,6 +157,7 @@ def test_settled_index_allows_a_fraction_delta_outside():
     (dict(rhat_points=0), "rhat_points must be an integer >= 1"),
     (dict(rhat_block=3), "rhat_block must be an integer >= 4"),
     (dict(rhat_threshold=1.0), "rhat_threshold must be a number > 1"),
+    (dict(informed_chains=1, informed_run="earlier.ckpt"), "informed_chains must be 0 with informed_run"),
 ])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

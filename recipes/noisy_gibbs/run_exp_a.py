@@ -7,6 +7,8 @@
     python recipes/noisy_gibbs/run_exp_a.py --inits zeros --num-train 200 --steps 300 --every 10
     python recipes/noisy_gibbs/run_exp_a.py --data released --steps 1000000 --resume   # extend a run
     python recipes/noisy_gibbs/run_exp_a.py --data released --report   # a running or killed run, as it stands
+    python recipes/noisy_gibbs/run_exp_a.py --data released --inits prior --chains 1 \
+        --informed-from runs/noisy_gibbs_exp_a/zeros/version_0/checkpoints/last.ckpt   # reuse its informed chain
 
 For each uninformed start (``zeros``: the paper's Gibbs init; ``prior``: the paper's "random" inits,
 W from the prior and latents through eq. 7) it runs ``exp_a.yaml`` through ``lit-bayes fit`` (chain 0
@@ -18,6 +20,10 @@ random inits stay on a plateau ~1e-3, App. B / [code data]), and writes ``exp_a.
 ``--data released`` swaps the recipe's random teacher for the one of the paper's runs, redrawn from
 the seeds of its released script (``released_teacher.py``), for a like-for-like comparison with
 the released logs.
+
+``--informed-from CKPT`` runs no informed chain: every chain is uninformed and the informed records are
+read from the checkpoint of an earlier run on the same teacher and data (``ThermalizationCheck``'s
+``informed_run``), so a long run of one uninformed chain costs half as much.
 
 The paper's chains run 2e6 sweeps, days on a CPU. ``--resume`` continues each init from the newest
 ``last.ckpt`` under ``--root`` (written every 10,000 sweeps) up to ``--steps``; ``--report`` runs nothing
@@ -62,6 +68,9 @@ def config(args: argparse.Namespace, init: str) -> dict:
         check["every_n_steps"] = args.every
     if args.chains is not None:
         cfg["model"]["init_args"]["num_chains"] = args.chains
+    if args.informed_from is not None:
+        check["informed_chains"] = 0
+        check["informed_run"] = str(args.informed_from)
     if args.seed is not None:  # a new teacher and data set, and new chain streams
         cfg["seed_everything"] = cfg["model"]["init_args"]["seed"] = cfg["data"]["init_args"]["seed"] = args.seed
     if args.data == "released":  # importable: this script's directory is on sys.path
@@ -76,9 +85,12 @@ def config(args: argparse.Namespace, init: str) -> dict:
     return cfg
 
 
-def trace_rows(directory: Path, points: int = 8) -> list[tuple[int, float, float]]:
+def trace_rows(directory: Path, informed: dict[int, float] | None = None, points: int = 8
+               ) -> list[tuple[int, float, float]]:
     """(step, informed MSE, mean uninformed MSE) at about ``points`` log-spaced records of the metrics.csv
-    of every ``version_*`` under ``directory`` (a resumed run writes one more)."""
+    of every ``version_*`` under ``directory`` (a resumed run writes one more). The informed MSE is chain
+    0's, or with ``informed`` (step -> informed MSE, read from another run) the one recorded nearest the step,
+    every chain of the run then being uninformed."""
     rows = {}
     for path in sorted(directory.glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1])):
         with path.open() as f:
@@ -92,9 +104,26 @@ def trace_rows(directory: Path, points: int = 8) -> list[tuple[int, float, float
     out = []
     for step in picks:
         values = rows[step]
-        uninformed = [v for k, v in values.items() if not k.endswith("/chain_0")]
-        out.append((step, values["thermalization/test_mse/chain_0"], sum(uninformed) / len(uninformed)))
+        if informed is None:
+            uninformed = [v for k, v in values.items() if not k.endswith("/chain_0")]
+            out.append((step, values["thermalization/test_mse/chain_0"], sum(uninformed) / len(uninformed)))
+        else:
+            nearest = min(informed, key=lambda s: abs(s - step))
+            out.append((step, informed[nearest], sum(values.values()) / len(values)))
     return out
+
+
+def read_informed(directory: Path) -> dict[int, float] | None:
+    """step -> mean test MSE of the informed chains that the run under ``directory`` read from another run
+    (``--informed-from``), as its newest checkpoint holds them; ``None`` when it ran its own."""
+    checkpoint = last_checkpoint(directory)
+    if checkpoint is None:
+        return None
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["callbacks"]["ThermalizationCheck"]
+    reference = state.get("reference_test_mse")
+    if reference is None or not reference.numel():
+        return None
+    return dict(zip(state["reference_steps"].tolist(), reference.mean(0).tolist()))
 
 
 def chain_settings(cfg: dict) -> dict:
@@ -128,7 +157,7 @@ def report(directory: Path) -> dict:
         raise SystemExit(f"--report: no version_*/checkpoints/last.ckpt under {directory}")
     cfg = yaml.safe_load((directory / "exp_a.yaml").read_text())
     (check_args,) = [c["init_args"] for c in cfg["trainer"]["callbacks"] if c["class_path"].endswith("ThermalizationCheck")]
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     check = ThermalizationCheck(**check_args)
     check.load_state_dict(state["callbacks"]["ThermalizationCheck"])
     return {"steps": state["global_step"], "wall_time_s": None, "checkpoint": str(checkpoint),
@@ -146,7 +175,11 @@ def main() -> None:
     parser.add_argument("--inits", nargs="+", default=["zeros", "prior"], choices=["zeros", "prior"])
     parser.add_argument("--steps", type=int, help="sweeps per run (default: the recipe's 200,000)")
     parser.add_argument("--every", type=int, help="sweeps between thermalization records (default 100)")
-    parser.add_argument("--chains", type=int, help="chains per run, the first informed (default 4)")
+    parser.add_argument("--chains", type=int,
+                        help="chains per run, the first informed (default 4); all uninformed with --informed-from")
+    parser.add_argument("--informed-from", type=Path, metavar="CKPT",
+                        help="run no informed chain (every chain uninformed): read it from this checkpoint of an "
+                             "earlier run on the same teacher and data")
     parser.add_argument("--seed", type=int, help="seed of the teacher, the data and the chains (default 0)")
     parser.add_argument("--data", choices=["random", "released"], default="random",
                         help="a teacher drawn from --seed (default) or the paper's own (released_teacher.py)")
@@ -165,7 +198,7 @@ def main() -> None:
         directory = root / init
         directory.mkdir(parents=True, exist_ok=True)
         result = report(directory) if args.report else fit(directory, config(args, init), args.resume)
-        results[init] = {**result, "paper": PAPER[init], "trace": trace_rows(directory)}
+        results[init] = {**result, "paper": PAPER[init], "trace": trace_rows(directory, read_informed(directory))}
     print("\nExp. A (d = 50, K = 10, Delta = 1e-4): ours vs the paper (Fig. 1, App. B, released logs)")
     print(f"{'init':>6} {'sweeps':>7} {'':>6} " + " ".join(f"{c:>20}" for c in COLUMNS))
     for init, result in results.items():
