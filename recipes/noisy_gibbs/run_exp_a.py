@@ -138,7 +138,7 @@ def fit(directory: Path, cfg: dict, resume: bool) -> dict:
     path = directory / "exp_a.yaml"
     if resume and path.exists() and chain_settings(yaml.safe_load(path.read_text())) != chain_settings(cfg):
         raise SystemExit(f"--resume: {path} was run with other settings; pass the same --data, --seed, --chains, "
-                         "--every, --num-train and --num-test")
+                         "--every, --informed-from, --num-train and --num-test")
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     checkpoint = last_checkpoint(directory) if resume else None
     lit_bayes(["fit", "-c", str(path), "--wandb", "false", "--trainer.enable_progress_bar", "false",
