@@ -91,8 +91,9 @@ class ThermalizationCheck(Callback):
     phi-bar. The stationary set S_phi(delta) is estimated as the band from
     ``min(q_{delta/2}, (1 - tolerance) phi-bar)`` to ``max(q_{1-delta/2}, (1 + tolerance) phi-bar)``,
     q the quantiles of the informed reference records: the informed chain's own central 1 - delta
-    range, or within ``tolerance`` of phi-bar, whichever is wider. An uninformed chain has merged at the first recorded step after which its smoothed MSE lies
-    in that band up to a fraction ``delta`` of the records. The run's merge step is the largest over the
+    range, or within ``tolerance`` of phi-bar, whichever is wider. An uninformed chain has merged at
+    the first recorded step after which its smoothed MSE lies in that band up to a fraction ``delta``
+    of the records. The run's merge step is the largest over the
     uninformed chains; it is reported only when every uninformed chain has merged.
 
     **Comparison criteria.** ``rhat_step``: the end of the first R-hat block from which the split R-hat
