@@ -36,15 +36,18 @@ def fit(activation, delta, init, steps, root, callbacks=(), ckpt_path=None, num_
 
 
 def test_merge_is_detected_when_every_chain_thermalizes(tmp_path):
-    """A linear hidden layer at Delta = 0.05: the posterior is nearly Gaussian and zero-started chains
-    reach the informed chain's test MSE within a few dozen sweeps."""
-    check, sampler, data = fit("linear", 0.05, "zeros", 300, tmp_path, callbacks=[RunSummary(str(tmp_path))])
+    """A linear hidden layer at Delta = 0.5: the posterior is nearly Gaussian and zero-started chains
+    reach the informed chain's test MSE within a few dozen sweeps. The merge rule smooths over 25 records
+    (50 sweeps): on so small a problem single records swing by more than the band (at Delta = 0.05 and a
+    10-record window the merge step of 12 seeds ranged from 26 to 294 sweeps, or never)."""
+    check, sampler, data = fit("linear", 0.5, "zeros", 300, tmp_path, callbacks=[RunSummary(str(tmp_path))],
+                               window=25)
     traces = check.traces()
     assert traces["steps"][0] == 0 and traces["steps"][-1] == 300 and traces["test_mse"].shape == (3, 151)
     assert traces["test_mse"][0, 0] < 1e-10 < traces["test_mse"][1, 0]  # chain 0 starts at the teacher
     metrics = json.loads((tmp_path / "summary.json").read_text())["metrics"]
     assert metrics["thermalization/merged"] == 1.0 and metrics["thermalization/merged_fraction"] == 1.0
-    assert 0 <= metrics["thermalization/merge_step"] <= 150
+    assert 0 <= metrics["thermalization/merge_step"] <= 150  # 12 seeds: 22-192, 10 of them <= 72
     per_chain = [metrics[f"thermalization/merge_step/chain_{c}"] for c in (1, 2)]
     assert max(per_chain) == metrics["thermalization/merge_step"] and "thermalization/merge_step/chain_0" not in metrics
     assert metrics["thermalization/band_low"] < metrics["thermalization/informed_test_mse"] \

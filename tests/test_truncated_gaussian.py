@@ -9,6 +9,8 @@ import torch
 from scipy import special, stats
 
 from lit_bayes.steppers.truncated_gaussian import (
+    log_ndtr_bounds,
+    negative_piece_chosen,
     pre_activation_pieces,
     probit_scores,
     standard_normal_above,
@@ -34,6 +36,16 @@ def test_standard_normal_above_matches_truncated_density(alpha):
     draws = standard_normal_above(torch.full((DRAWS,), alpha, dtype=torch.float64), generator()).numpy()
     assert np.isfinite(draws).all() and (draws >= alpha).all()
     assert stats.kstest(draws, upper_tail_cdf(alpha)).pvalue > KS_P_MIN
+
+
+def test_standard_normal_above_with_both_methods_in_one_tensor():
+    """Inverse CDF (alpha < TAIL) and the tail method interleaved in one call: each element keeps the
+    law of its own cut (an index mix-up between the two would show)."""
+    alphas = torch.tensor([-8.0, -1.0, 0.5, 7.5, -2.0, 3.0], dtype=torch.float64)
+    draws = standard_normal_above(alphas.repeat(DRAWS).reshape(DRAWS, len(alphas)), generator(8)).numpy()
+    assert (draws >= alphas.numpy()).all()
+    for column, alpha in enumerate(alphas.tolist()):
+        assert stats.kstest(draws[:, column], upper_tail_cdf(alpha)).pvalue > KS_P_MIN, alpha
 
 
 @pytest.mark.parametrize("mean, std, bound, above", [
@@ -155,3 +167,29 @@ def test_probit_step_far_in_the_tail():
         scores = probit_scores(omega, labels, 1.0, scores, gen)
         assert torch.isfinite(scores).all() and torch.equal(scores.argmax(-1), labels)
     assert (scores[:, 1] < 40.0 - 7.0).all()
+
+
+def test_log_ndtr_bounds_bracket_the_exact_value():
+    a = torch.cat([-torch.logspace(-3, 5, 4000, dtype=torch.float64), torch.zeros(1, dtype=torch.float64),
+                   torch.logspace(-3, 3, 2000, dtype=torch.float64), torch.linspace(-3, 3, 6001, dtype=torch.float64)])
+    exact = torch.from_numpy(special.log_ndtr(a.numpy()))
+    lower, upper = log_ndtr_bounds(a)
+    assert (lower <= exact).all() and (exact <= upper).all()
+
+
+@pytest.mark.parametrize("activation", ["relu", "sign", "abs", "linear"])
+def test_piece_choice_equals_the_exact_log_odds_comparison(activation):
+    """The bracketed choice (log_ndtr only where the bounds leave it open) is the exact comparison
+    logit(u) < log M_- - log M_+ for every (omega, x, u), from deep tails to the kink at 0."""
+    gen = generator(7)
+    values = torch.cat([torch.linspace(-2, 2, 81, dtype=torch.float64), torch.tensor([-1e3, -50.0, 50.0, 1e3])])
+    omega, post = (t.reshape(-1) for t in torch.meshgrid(values, values, indexing="ij"))
+    for delta_z, delta_x in [(1e-4, 1e-4), (1e-2, 1e-6), (2.0, 2.0), (1e-8, 1.0)]:
+        negative, positive = pre_activation_pieces(activation, omega, post, delta_z, delta_x)
+        for _ in range(5):
+            u = torch.rand(omega.shape, generator=gen, dtype=torch.float64)
+            logit_u = torch.log(u / (1.0 - u))
+            (m_n, v_n, k_n), (m_p, v_p, k_p) = negative, positive
+            exact = (k_n + 0.5 * torch.log(v_n) + torch.special.log_ndtr(-m_n / v_n.sqrt())
+                     - k_p - 0.5 * torch.log(v_p) - torch.special.log_ndtr(m_p / v_p.sqrt()))
+            assert torch.equal(negative_piece_chosen(negative, positive, logit_u), logit_u < exact)

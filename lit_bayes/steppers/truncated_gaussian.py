@@ -4,7 +4,8 @@
   tails: inverse-CDF sampling up to ``TAIL`` standard deviations inside the cut-off tail,
   Rayleigh-proposal rejection beyond it (spec §8 item 2), always in float64.
 * :func:`two_piece_mixture`: a density made of one Gaussian piece on ``z <= 0`` and another on
-  ``z > 0`` (the pre-activation conditionals, eq. 10), mixture weights in log space.
+  ``z > 0`` (the pre-activation conditionals, eq. 10), mixture weights in log space, the exact
+  log Phi evaluated only where cheap bounds leave the choice open.
 * :func:`pre_activation_pieces`: those pieces for relu, sign, abs and linear (App. E.1-E.3).
 * :func:`probit_scores`: the multinomial-probit output scores given the labels (App. E.4, eqs. 50-51).
 
@@ -16,12 +17,15 @@ import math
 
 import torch
 from torch import Tensor
-from torch.special import log_ndtr, ndtr, ndtri
+from torch.special import log_ndtr, ndtri
 
-__all__ = ["TAIL", "pre_activation_pieces", "probit_scores", "truncated_normal", "two_piece_mixture"]
+__all__ = ["TAIL", "log_ndtr_bounds", "negative_piece_chosen", "pre_activation_pieces", "probit_scores",
+           "truncated_normal", "two_piece_mixture"]
 
 TAIL = 7.0  # beyond this many std inside the cut-off tail, inverse-CDF sampling loses accuracy in float64
 _ONE_BELOW = 1.0 - 2.0**-53  # largest float64 below 1
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+_SLACK = 1e-9  # relative margin on the log Phi bounds, far above float64 rounding
 
 
 def _uniform(shape: torch.Size, generator: torch.Generator, device) -> Tensor:
@@ -32,11 +36,13 @@ def _uniform(shape: torch.Size, generator: torch.Generator, device) -> Tensor:
 def standard_normal_above(alpha: Tensor, generator: torch.Generator) -> Tensor:
     """X ~ N(0, 1) conditioned on X >= alpha, elementwise (float64 ``alpha``).
 
-    Below ``TAIL``: X = -ndtri(u Phi(-alpha)) with u ~ U(0, 1]. At or above ``TAIL``: Marsaglia's
-    tail method, X = sqrt(alpha^2 - 2 log U1) accepted when U2 X <= alpha (acceptance > 98%).
+    Below ``TAIL``: X = -ndtri(u Phi(-alpha)) with u ~ U(0, 1] (Phi(-alpha) through erfc, which keeps its
+    relative accuracy in the tail where torch's ndtr does not). At or above ``TAIL``: Marsaglia's tail
+    method, X = sqrt(alpha^2 - 2 log U1) accepted when U2 X <= alpha (acceptance > 98%).
     """
     u = _uniform(alpha.shape, generator, alpha.device)
-    inverse = -ndtri((u * ndtr(-alpha.clamp(max=TAIL))).clamp(max=_ONE_BELOW))
+    mass = 0.5 * torch.special.erfc(alpha.clamp(max=TAIL) * math.sqrt(0.5))
+    inverse = -ndtri((u * mass).clamp(max=_ONE_BELOW))
     tail = (alpha >= TAIL).nonzero(as_tuple=True)
     if tail[0].numel() == 0:
         return torch.maximum(inverse, alpha)
@@ -64,20 +70,60 @@ def truncated_normal(mean: Tensor, std: Tensor, bound: Tensor, above: Tensor | b
     return mean + sign * std * standard_normal_above(sign * (bound - mean) / std, generator)
 
 
+def log_ndtr_bounds(a: Tensor) -> tuple[Tensor, Tensor]:
+    """Lower and upper bounds on log Phi(a) from a few elementwise products (no special function).
+
+    Lower: with c = min(a, -1), log phi(c) + c. For a < -1 the Mills-ratio bound
+    Phi(a) >= phi(a) |a| / (1 + a^2) and log(|a| + 1 / |a|) <= |a| give it; for a >= -1 it is
+    log phi(1) - 1 < log Phi(-1) <= log Phi(a). Upper: -min(a, 0)^2 / 2 (Chernoff, Phi(a) <= exp(-a^2 / 2)
+    for a <= 0; 0 above). The bracket is about |a| wide: loose, but at small noise the log-odds of the
+    two pieces are hundreds or thousands of nats, far outside it.
+    """
+    c = a.clamp(max=-1.0)
+    d = a.clamp(max=0.0)
+    return c - 0.5 * c * c - _HALF_LOG_2PI, -0.5 * d * d
+
+
+def negative_piece_chosen(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
+                          logit_u: Tensor) -> Tensor:
+    """Whether logit(u) < log M_- - log M_+ (i.e. u < p_-), the piece masses of :func:`two_piece_mixture`.
+
+    The log-odds are first bracketed with :func:`log_ndtr_bounds`; ``log_ndtr`` (a slow scalar loop)
+    is evaluated only where logit(u) falls inside the bracket (or everywhere when that is over a quarter
+    of the elements, as at large noise), so the answer is that of the exact comparison wherever it is
+    decided to float64 accuracy (the bracket carries a relative slack).
+    """
+    (m_neg, v_neg, k_neg), (m_pos, v_pos, k_pos) = negative, positive
+    a_neg, a_pos = -m_neg / v_neg.sqrt(), m_pos / v_pos.sqrt()
+    shared = k_neg - k_pos + 0.5 * (torch.log(v_neg) - torch.log(v_pos))
+    (neg_lo, neg_hi), (pos_lo, pos_hi) = log_ndtr_bounds(a_neg), log_ndtr_bounds(a_pos)
+    lower, upper = shared + neg_lo - pos_hi, shared + neg_hi - pos_lo
+    lower = lower - _SLACK * (1.0 + lower.abs())
+    upper = upper + _SLACK * (1.0 + upper.abs())
+    undecided = (logit_u >= lower) & (logit_u < upper)
+    open_ = undecided.nonzero(as_tuple=True)
+    if 4 * open_[0].numel() > undecided.numel():  # mostly open (large noise): exact everywhere, no gather
+        return logit_u < shared + log_ndtr(a_neg) - log_ndtr(a_pos)
+    chosen = logit_u < lower
+    if open_[0].numel():
+        exact = shared[open_] + log_ndtr(a_neg[open_]) - log_ndtr(a_pos[open_])
+        chosen[open_] = logit_u[open_] < exact
+    return chosen
+
+
 def two_piece_mixture(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
                       generator: torch.Generator) -> Tensor:
     """Draw from p(z) ∝ exp(k_- - (z - m_-)^2 / 2v_-) on z <= 0 plus exp(k_+ - (z - m_+)^2 / 2v_+) on z > 0.
 
     Each piece is ``(m, v, k)``. Piece masses are compared in log space (spec §8 item 1),
-    log M = k + log(v) / 2 + log Phi(+-m / sqrt v), so the Bernoulli weight
-    p_- = sigmoid(log M_- - log M_+) never over- or underflows. Returns float64.
+    log M = k + log(v) / 2 + log Phi(+-m / sqrt v): the negative piece is taken when
+    logit(u) < log M_- - log M_+ for u ~ U(0, 1), i.e. with probability p_- = sigmoid(log M_- - log M_+),
+    which never over- or underflows (:func:`negative_piece_chosen`). Returns float64.
     """
-    (m_neg, v_neg, k_neg), (m_pos, v_pos, k_pos) = (
-        [torch.as_tensor(t, dtype=torch.float64) for t in piece] for piece in (negative, positive))
-    log_mass_neg = k_neg + 0.5 * torch.log(v_neg) + log_ndtr(-m_neg / v_neg.sqrt())
-    log_mass_pos = k_pos + 0.5 * torch.log(v_pos) + log_ndtr(m_pos / v_pos.sqrt())
-    p_neg = torch.sigmoid(log_mass_neg - log_mass_pos)
-    go_negative = torch.rand(p_neg.shape, generator=generator, device=p_neg.device, dtype=torch.float64) < p_neg
+    m_neg, v_neg, k_neg, m_pos, v_pos, k_pos = torch.broadcast_tensors(
+        *[torch.as_tensor(t, dtype=torch.float64) for t in (*negative, *positive)])
+    u = torch.rand(m_neg.shape, generator=generator, device=m_neg.device, dtype=torch.float64)
+    go_negative = negative_piece_chosen((m_neg, v_neg, k_neg), (m_pos, v_pos, k_pos), torch.log(u / (1.0 - u)))
     mean = torch.where(go_negative, m_neg, m_pos)
     std = torch.where(go_negative, v_neg, v_pos).sqrt()
     return truncated_normal(mean, std, torch.zeros((), dtype=torch.float64, device=mean.device), ~go_negative,
