@@ -290,12 +290,17 @@ class ThermalizationCheck(Callback):
 
     # ----------------------------------------------------------------- report
     def traces(self) -> dict[str, Tensor]:
-        """The records: ``steps`` ``(R,)``, ``test_mse`` and ``score`` ``(C, R)`` (float64), and ``rhat``
-        ``(B, 3)`` rows (block end step, R-hat of all chains, of the uninformed chains)."""
+        """The records: ``steps`` ``(R,)``, ``test_mse`` and ``score`` ``(C, R)`` (float64), ``rhat``
+        ``(B, 3)`` rows (block end step, R-hat of all chains, of the uninformed chains), and the informed
+        chains' records read from ``informed_run``, ``reference_steps`` ``(R',)`` and ``reference_test_mse``
+        ``(I, R')`` (empty when the run has informed chains of its own)."""
         chains = lambda rows: torch.stack(rows, dim=1) if rows else torch.zeros(0, 0, dtype=torch.float64)  # noqa: E731
+        empty = torch.zeros(0, dtype=torch.float64)
+        reference_steps, reference_mse = self._reference or (empty.long(), empty.reshape(0, 0))
         return {"steps": torch.tensor(self._steps, dtype=torch.long), "test_mse": chains(self._mse),
                 "score": chains(self._score),
-                "rhat": torch.stack(self._rhat) if self._rhat else torch.zeros(0, 3, dtype=torch.float64)}
+                "rhat": torch.stack(self._rhat) if self._rhat else torch.zeros(0, 3, dtype=torch.float64),
+                "reference_steps": reference_steps, "reference_test_mse": reference_mse}
 
     def summary_metrics(self) -> dict[str, float]:
         """The merge, R-hat and score results described in the class docstring (empty before ``window``
@@ -355,12 +360,9 @@ class ThermalizationCheck(Callback):
 
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
-        traces = self.traces()
         pending = torch.stack(self._block, dim=1) if self._block else torch.zeros(0, 0, 0, dtype=torch.float64)
-        empty = torch.zeros(0, dtype=torch.float64)
-        reference_steps, reference_mse = self._reference or (empty.long(), empty.reshape(0, 0))
-        return {**traces, "rhat_pending": pending, "informed_chains": torch.tensor(self.informed_chains),
-                "data_key": self._data_key, "reference_steps": reference_steps, "reference_test_mse": reference_mse}
+        return {**self.traces(), "rhat_pending": pending, "informed_chains": torch.tensor(self.informed_chains),
+                "data_key": self._data_key}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._steps = [int(s) for s in state_dict["steps"]]

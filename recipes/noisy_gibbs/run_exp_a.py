@@ -113,17 +113,27 @@ def trace_rows(directory: Path, informed: dict[int, float] | None = None, points
     return out
 
 
-def read_informed(directory: Path) -> dict[int, float] | None:
-    """step -> mean test MSE of the informed chains that the run under ``directory`` read from another run
-    (``--informed-from``), as its newest checkpoint holds them; ``None`` when it ran its own."""
+def recorded_check(directory: Path) -> tuple[Path, int, ThermalizationCheck] | None:
+    """The newest checkpoint under ``directory``, its step and the ``ThermalizationCheck`` of the run's
+    ``exp_a.yaml`` holding that checkpoint's records (``None`` without a checkpoint)."""
     checkpoint = last_checkpoint(directory)
     if checkpoint is None:
         return None
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["callbacks"]["ThermalizationCheck"]
-    reference = state.get("reference_test_mse")
-    if reference is None or not reference.numel():
+    cfg = yaml.safe_load((directory / "exp_a.yaml").read_text())
+    (check_args,) = [c["init_args"] for c in cfg["trainer"]["callbacks"] if c["class_path"].endswith("ThermalizationCheck")]
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    check = ThermalizationCheck(**check_args)
+    check.load_state_dict(state["callbacks"]["ThermalizationCheck"])
+    return checkpoint, state["global_step"], check
+
+
+def informed_records(check: ThermalizationCheck) -> dict[int, float] | None:
+    """step -> mean test MSE of the informed chains that ``check`` read from another run (``--informed-from``);
+    ``None`` when its run ran its own."""
+    traces = check.traces()
+    if not traces["reference_test_mse"].numel():
         return None
-    return dict(zip(state["reference_steps"].tolist(), reference.mean(0).tolist()))
+    return dict(zip(traces["reference_steps"].tolist(), traces["reference_test_mse"].mean(0).tolist()))
 
 
 def chain_settings(cfg: dict) -> dict:
@@ -149,18 +159,13 @@ def fit(directory: Path, cfg: dict, resume: bool) -> dict:
             "ours": {k.split("/", 1)[1]: v for k, v in summary["metrics"].items() if k.startswith("thermalization/")}}
 
 
-def report(directory: Path) -> dict:
-    """The thermalization metrics of the records in the newest checkpoint under ``directory`` (NaN as
-    None, as summary.json has them)."""
-    checkpoint = last_checkpoint(directory)
-    if checkpoint is None:
+def report(recorded: tuple[Path, int, ThermalizationCheck] | None, directory: Path) -> dict:
+    """The thermalization metrics of the records of :func:`recorded_check` (NaN as None, as summary.json
+    has them)."""
+    if recorded is None:
         raise SystemExit(f"--report: no version_*/checkpoints/last.ckpt under {directory}")
-    cfg = yaml.safe_load((directory / "exp_a.yaml").read_text())
-    (check_args,) = [c["init_args"] for c in cfg["trainer"]["callbacks"] if c["class_path"].endswith("ThermalizationCheck")]
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    check = ThermalizationCheck(**check_args)
-    check.load_state_dict(state["callbacks"]["ThermalizationCheck"])
-    return {"steps": state["global_step"], "wall_time_s": None, "checkpoint": str(checkpoint),
+    checkpoint, step, check = recorded
+    return {"steps": step, "wall_time_s": None, "checkpoint": str(checkpoint),
             "ours": {k.split("/", 1)[1]: v if math.isfinite(v) else None for k, v in check.summary_metrics().items()}}
 
 
@@ -197,8 +202,11 @@ def main() -> None:
     for init in args.inits:
         directory = root / init
         directory.mkdir(parents=True, exist_ok=True)
-        result = report(directory) if args.report else fit(directory, config(args, init), args.resume)
-        results[init] = {**result, "paper": PAPER[init], "trace": trace_rows(directory, read_informed(directory))}
+        fitted = None if args.report else fit(directory, config(args, init), args.resume)
+        recorded = recorded_check(directory)
+        informed = informed_records(recorded[2]) if recorded is not None else None
+        results[init] = {**(fitted or report(recorded, directory)), "paper": PAPER[init],
+                         "trace": trace_rows(directory, informed)}
     print("\nExp. A (d = 50, K = 10, Delta = 1e-4): ours vs the paper (Fig. 1, App. B, released logs)")
     print(f"{'init':>6} {'sweeps':>7} {'':>6} " + " ".join(f"{c:>20}" for c in COLUMNS))
     for init, result in results.items():
