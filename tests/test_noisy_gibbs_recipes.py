@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -66,6 +67,12 @@ def test_exp_a_script_reports_from_a_checkpoint_and_resumes_exactly(tmp_path):
     reported = run_exp_a("--report", "--root", split)
     assert reported["steps"] == 20 and reported["checkpoint"].endswith("last.ckpt")
     assert reported["ours"] == first["ours"]
+    (checkpoint,) = (tmp_path / "split" / "zeros").glob("version_*/checkpoints/last.ckpt")
+    chains = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+    norms = [[float(w1.norm()), float(w2.norm())] for w1, w2 in zip(chains["chains.net__layers__0__weight"],
+                                                                    chains["chains.net__layers__1__weight"])]
+    assert len(norms) == 4 and reported["weight_norms"] == first["weight_norms"]
+    assert sum(reported["weight_norms"], []) == pytest.approx(sum(norms, []), rel=1e-6)
     resumed = run_exp_a("--steps", "40", "--resume", "--root", split)
     uninterrupted = run_exp_a("--steps", "40", "--root", whole)
     assert resumed["steps"] == 40 and resumed["ours"]["records"] == 21.0

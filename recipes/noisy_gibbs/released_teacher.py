@@ -25,7 +25,7 @@ from torch import Tensor
 
 from lit_bayes.data import TeacherStudent
 
-__all__ = ["RELEASED_LOG", "ReleasedExpATeacher", "released_test_mse"]
+__all__ = ["RELEASED_LOG", "RELEASED_NORMS", "RELEASED_NORMS_SWEEP", "ReleasedExpATeacher", "released_test_mse"]
 
 TEACHER_SEED, DATA_SEED, DELTA = 3, 10000, 1e-4
 WIDTHS, NUM_TRAIN, NUM_TEST = (50, 10, 1), 2084, 2000
@@ -51,6 +51,12 @@ RELEASED_LOG = {
     999563: (1.5784e-04, 1.5319e-04, 1.2196e-03, 1.1460e-03),
     1997099: (1.5960e-04, 1.5667e-04, 1.2026e-03, 1.1152e-03),
 }
+
+# |W1| and |W2| (columns ``W_norm``, ``a_norm``): the teacher's (the informed log's first row) and the two
+# random chains' at the last logged sweep of the released Fig. 1 logs, whose output weights end at twice
+# the teacher's norm (their plateau).
+RELEASED_NORMS_SWEEP = 1997099
+RELEASED_NORMS = {"teacher": (3.1136, 0.98691), "random 1": (2.8317, 2.1618), "random 2": (2.8342, 2.2182)}
 
 
 def released_test_mse(step: int, init: str) -> tuple[int, float, float]:

@@ -37,6 +37,7 @@ import csv
 import json
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import yaml
@@ -44,7 +45,7 @@ import yaml
 from lit_bayes.callbacks.thermalization import ThermalizationCheck
 from lit_bayes.cli import last_checkpoint
 from lit_bayes.cli import main as lit_bayes
-from released_teacher import released_test_mse  # this script's directory is on sys.path
+from released_teacher import RELEASED_NORMS, RELEASED_NORMS_SWEEP, released_test_mse  # this script's directory is on sys.path
 
 HERE = Path(__file__).resolve().parent
 PAPER = {
@@ -113,9 +114,18 @@ def trace_rows(directory: Path, informed: dict[int, float] | None = None, points
     return out
 
 
-def recorded_check(directory: Path) -> tuple[Path, int, ThermalizationCheck] | None:
-    """The newest checkpoint under ``directory``, its step and the ``ThermalizationCheck`` of the run's
-    ``exp_a.yaml`` holding that checkpoint's records (``None`` without a checkpoint)."""
+class Recorded(NamedTuple):
+    """What the newest checkpoint of a run holds for the report."""
+
+    checkpoint: Path
+    step: int
+    check: ThermalizationCheck  # the run's ThermalizationCheck with the checkpoint's records
+    weight_norms: list[list[float]]  # per chain, |W1| and |W2| (the released logs' W_norm and a_norm)
+
+
+def recorded_check(directory: Path) -> Recorded | None:
+    """:class:`Recorded` from the newest checkpoint under ``directory`` and the run's ``exp_a.yaml``
+    (``None`` without a checkpoint)."""
     checkpoint = last_checkpoint(directory)
     if checkpoint is None:
         return None
@@ -124,7 +134,8 @@ def recorded_check(directory: Path) -> tuple[Path, int, ThermalizationCheck] | N
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     check = ThermalizationCheck(**check_args)
     check.load_state_dict(state["callbacks"]["ThermalizationCheck"])
-    return checkpoint, state["global_step"], check
+    first, second = (state["state_dict"][f"chains.net__layers__{j}__weight"].flatten(1).norm(dim=1) for j in (0, 1))
+    return Recorded(checkpoint, state["global_step"], check, torch.stack([first, second], 1).tolist())
 
 
 def informed_records(check: ThermalizationCheck) -> dict[int, float] | None:
@@ -159,14 +170,14 @@ def fit(directory: Path, cfg: dict, resume: bool) -> dict:
             "ours": {k.split("/", 1)[1]: v for k, v in summary["metrics"].items() if k.startswith("thermalization/")}}
 
 
-def report(recorded: tuple[Path, int, ThermalizationCheck] | None, directory: Path) -> dict:
+def report(recorded: Recorded | None, directory: Path) -> dict:
     """The thermalization metrics of the records of :func:`recorded_check` (NaN as None, as summary.json
     has them)."""
     if recorded is None:
         raise SystemExit(f"--report: no version_*/checkpoints/last.ckpt under {directory}")
-    checkpoint, step, check = recorded
-    return {"steps": step, "wall_time_s": None, "checkpoint": str(checkpoint),
-            "ours": {k.split("/", 1)[1]: v if math.isfinite(v) else None for k, v in check.summary_metrics().items()}}
+    metrics = recorded.check.summary_metrics()
+    return {"steps": recorded.step, "wall_time_s": None, "checkpoint": str(recorded.checkpoint),
+            "ours": {k.split("/", 1)[1]: v if math.isfinite(v) else None for k, v in metrics.items()}}
 
 
 def show(value) -> str:
@@ -204,9 +215,10 @@ def main() -> None:
         directory.mkdir(parents=True, exist_ok=True)
         fitted = None if args.report else fit(directory, config(args, init), args.resume)
         recorded = recorded_check(directory)
-        informed = informed_records(recorded[2]) if recorded is not None else None
+        informed = informed_records(recorded.check) if recorded is not None else None
         results[init] = {**(fitted or report(recorded, directory)), "paper": PAPER[init],
-                         "trace": trace_rows(directory, informed)}
+                         "trace": trace_rows(directory, informed),
+                         "weight_norms": recorded.weight_norms if recorded is not None else None}
     print("\nExp. A (d = 50, K = 10, Delta = 1e-4): ours vs the paper (Fig. 1, App. B, released logs)")
     print(f"{'init':>6} {'sweeps':>7} {'':>6} " + " ".join(f"{c:>20}" for c in COLUMNS))
     for init, result in results.items():
@@ -223,6 +235,12 @@ def main() -> None:
                 logged, paper_informed, paper_uninformed = released_test_mse(step, init)
                 paper = f" | {logged:>8} {paper_informed:>11.3e} {paper_uninformed:>11.3e}"
             print(f"  {step:>8} {informed:>11.3e} {uninformed:>11.3e}{paper}")
+        if result["weight_norms"] is not None:
+            norms = ", ".join(f"{w1:.3f} / {w2:.3f}" for w1, w2 in result["weight_norms"])
+            print(f"  |W1| / |W2| of each chain at its last checkpoint: {norms}")
+            if args.data == "released":
+                print(f"  released logs at sweep {RELEASED_NORMS_SWEEP}: "
+                      + ", ".join(f"{k} {w1:.3f} / {w2:.3f}" for k, (w1, w2) in RELEASED_NORMS.items()))
     (root / "exp_a.json").write_text(json.dumps(results, indent=2))
     print(json.dumps({init: {"steps": r["steps"], **{c: r["ours"].get(c) for c in COLUMNS}}
                       for init, r in results.items()}))
