@@ -53,8 +53,8 @@ RELEASED_LOG = {
 }
 
 # |W1| and |W2| (columns ``W_norm``, ``a_norm``): the teacher's (the informed log's first row) and the two
-# random chains' at the last logged sweep of the released Fig. 1 logs, whose output weights end at twice
-# the teacher's norm (their plateau).
+# random chains' at the last logged sweep of the released Fig. 1 logs (on their plateau), whose output
+# weights end at twice the teacher's norm.
 RELEASED_NORMS_SWEEP = 1997099
 RELEASED_NORMS = {"teacher": (3.1136, 0.98691), "random 1": (2.8317, 2.1618), "random 2": (2.8342, 2.2182)}
 
