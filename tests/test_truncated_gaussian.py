@@ -121,6 +121,14 @@ def test_pre_activation_extreme_values_stay_finite(activation):
         assert torch.isfinite(draws).all(), (delta_z, delta_x)
 
 
+def exact_log_odds(negative, positive):
+    """log M_- - log M_+ of a two-piece mixture, each piece's mass exp(k) sqrt(var) Phi(-+m / sqrt(var))
+    (up to the common sqrt(2 pi)), straight from torch's log_ndtr."""
+    (m_n, v_n, k_n), (m_p, v_p, k_p) = negative, positive
+    return (k_n + 0.5 * torch.log(v_n) + torch.special.log_ndtr(-m_n / v_n.sqrt())
+            - k_p - 0.5 * torch.log(v_p) - torch.special.log_ndtr(m_p / v_p.sqrt()))
+
+
 def test_relu_mixture_weight_equals_paper_closed_form():
     """p_- = 1 / (1 + Z_+ / Z_-) with the masses of App. E.1 (eq. 10), where they are representable."""
     omega = torch.tensor([-0.7, -0.1, 0.0, 0.4, 1.2], dtype=torch.float64)
@@ -134,8 +142,7 @@ def test_relu_mixture_weight_equals_paper_closed_form():
     z_plus = np.sqrt(np.pi * v / 2) * np.exp(s**2 / scale) * (1 + special.erf(s / np.sqrt(scale)))
     expected = 1 / (1 + z_plus / z_minus)
     (m_n, v_n, k_n), (m_p, v_p, k_p) = pre_activation_pieces("relu", omega, post, delta_z, delta_x)
-    log_mass = lambda m, var, k, side: k + 0.5 * torch.log(var) + torch.special.log_ndtr(side * m / var.sqrt())  # noqa: E731
-    p_minus = torch.sigmoid(log_mass(m_n, v_n, k_n, -1) - log_mass(m_p, v_p, k_p, 1))
+    p_minus = torch.sigmoid(exact_log_odds((m_n, v_n, k_n), (m_p, v_p, k_p)))
     np.testing.assert_allclose(p_minus.numpy(), expected, rtol=1e-10)
     draws = torch.stack([two_piece_mixture((m_n, v_n, k_n), (m_p, v_p, k_p), generator(s)) for s in range(4000)])
     frequency = (draws <= 0).double().mean(0).numpy()
@@ -189,7 +196,5 @@ def test_piece_choice_equals_the_exact_log_odds_comparison(activation):
         for _ in range(5):
             u = torch.rand(omega.shape, generator=gen, dtype=torch.float64)
             logit_u = torch.log(u / (1.0 - u))
-            (m_n, v_n, k_n), (m_p, v_p, k_p) = negative, positive
-            exact = (k_n + 0.5 * torch.log(v_n) + torch.special.log_ndtr(-m_n / v_n.sqrt())
-                     - k_p - 0.5 * torch.log(v_p) - torch.special.log_ndtr(m_p / v_p.sqrt()))
+            exact = exact_log_odds(negative, positive)
             assert torch.equal(negative_piece_chosen(negative, positive, logit_u), logit_u < exact)
