@@ -23,7 +23,8 @@ the released logs.
 
 ``--informed-from CKPT`` runs no informed chain: every chain is uninformed and the informed records are
 read from the checkpoint of an earlier run on the same teacher and data (``ThermalizationCheck``'s
-``informed_run``), so a long run of one uninformed chain costs half as much.
+``informed_run``), so a long run of one uninformed chain costs half as much. The trace's informed column
+is then the earlier run's, ``-`` past its last sweep.
 
 The paper's chains run 2e6 sweeps, days on a CPU. ``--resume`` continues each init from the newest
 ``last.ckpt`` under ``--root`` (written every 10,000 sweeps) up to ``--steps``; ``--report`` runs nothing
@@ -87,11 +88,11 @@ def config(args: argparse.Namespace, init: str) -> dict:
 
 
 def trace_rows(directory: Path, informed: dict[int, float] | None = None, points: int = 8
-               ) -> list[tuple[int, float, float]]:
+               ) -> list[tuple[int, float | None, float]]:
     """(step, informed MSE, mean uninformed MSE) at about ``points`` log-spaced records of the metrics.csv
     of every ``version_*`` under ``directory`` (a resumed run writes one more). The informed MSE is chain
     0's, or with ``informed`` (step -> informed MSE, read from another run) the one recorded nearest the step,
-    every chain of the run then being uninformed."""
+    every chain of the run then being uninformed; ``None`` past the last step of that run (not recorded)."""
     rows = {}
     for path in sorted(directory.glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1])):
         with path.open() as f:
@@ -110,7 +111,8 @@ def trace_rows(directory: Path, informed: dict[int, float] | None = None, points
             out.append((step, values["thermalization/test_mse/chain_0"], sum(uninformed) / len(uninformed)))
         else:
             nearest = min(informed, key=lambda s: abs(s - step))
-            out.append((step, informed[nearest], sum(values.values()) / len(values)))
+            read = informed[nearest] if step <= max(informed) else None
+            out.append((step, read, sum(values.values()) / len(values)))
     return out
 
 
@@ -234,7 +236,8 @@ def main() -> None:
             if args.data == "released":
                 logged, paper_informed, paper_uninformed = released_test_mse(step, init)
                 paper = f" | {logged:>8} {paper_informed:>11.3e} {paper_uninformed:>11.3e}"
-            print(f"  {step:>8} {informed:>11.3e} {uninformed:>11.3e}{paper}")
+            read = f"{informed:>11.3e}" if informed is not None else f"{'-':>11}"
+            print(f"  {step:>8} {read} {uninformed:>11.3e}{paper}")
         if result["weight_norms"] is not None:
             norms = ", ".join(f"{w1:.3f} / {w2:.3f}" for w1, w2 in result["weight_norms"])
             print(f"  |W1| / |W2| of each chain at its last checkpoint: {norms}")
