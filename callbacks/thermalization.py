@@ -13,7 +13,6 @@ single uninformed chain.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 import torch
@@ -22,21 +21,12 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from lit_bayes.diagnostics import split_rhat
-from lit_bayes.validation import check_int
+from lit_bayes.validation import check_int, check_interval
 
 __all__ = ["ThermalizationCheck"]
 
 PREFIX = "thermalization/"
 MATCHED = ("delta_z", "delta_x", "prior_precision", "bias_precision")
-
-
-def _check_float(name: str, value: object, low: float, high: float = math.inf, high_allowed: bool = True) -> float:
-    """``value`` if it is a real number in (low, high] (or (low, high)), else a ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            low < value <= high if high_allowed else low < value < high):
-        allowed = f"> {low:g}" if high == math.inf else f"in ({low:g}, {high:g}{']' if high_allowed else ')'}"
-        raise ValueError(f"{name} must be a number {allowed}, got {value!r}")
-    return float(value)
 
 
 def settled_index(inside: Tensor, delta: float) -> int | None:
@@ -153,12 +143,12 @@ class ThermalizationCheck(Callback):
         self.informed_run = informed_run
         self.every_n_steps = check_int("every_n_steps", every_n_steps, 1)
         self.window = check_int("window", window, 1)
-        self.tolerance = _check_float("tolerance", tolerance, 0.0)
-        self.delta = _check_float("delta", delta, 0.0, 1.0, high_allowed=False)
-        self.reference_fraction = _check_float("reference_fraction", reference_fraction, 0.0, 1.0)
+        self.tolerance = check_interval("tolerance", tolerance, 0.0)
+        self.delta = check_interval("delta", delta, 0.0, 1.0)
+        self.reference_fraction = check_interval("reference_fraction", reference_fraction, 0.0, 1.0, high_closed=True)
         self.rhat_points = check_int("rhat_points", rhat_points, 1)
         self.rhat_block = check_int("rhat_block", rhat_block, 4)
-        self.rhat_threshold = _check_float("rhat_threshold", rhat_threshold, 1.0)
+        self.rhat_threshold = check_interval("rhat_threshold", rhat_threshold, 1.0)
         self._steps: list[int] = []
         self._mse: list[Tensor] = []
         self._score: list[Tensor] = []

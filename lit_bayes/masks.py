@@ -28,6 +28,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lit_bayes.validation import check_interval
+
 __all__ = ["MASK_LAWS", "MaskLaw", "structured_masks"]
 
 MASK_LAWS = ("bernoulli", "uniform", "one_hot")
@@ -46,12 +48,9 @@ class MaskLaw:
     def __init__(self, name: str = "bernoulli", keep_prob: float = 0.5) -> None:
         if name not in MASK_LAWS:
             raise ValueError(f"mask must be one of {', '.join(map(repr, MASK_LAWS))}, got {name!r}")
-        if isinstance(keep_prob, bool) or not isinstance(keep_prob, (int, float)) or not 0.0 < keep_prob <= 1.0:
-            raise ValueError(
-                f"keep_prob (ρ, the probability of keeping a group) must lie in (0, 1], got {keep_prob!r}"
-            )
         self.name = name
-        self.keep_prob = float(keep_prob)
+        self.keep_prob = check_interval("keep_prob (ρ, the probability of keeping a group)", keep_prob, 0.0, 1.0,
+                                        high_closed=True)
 
     def expected_keep(self, num_groups: int) -> float:
         """``E[Σ_i r_i]`` over the M groups."""

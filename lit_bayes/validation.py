@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["check_float", "check_int", "check_positive"]
+__all__ = ["check_float", "check_int", "check_interval", "check_positive"]
 
 
 def check_int(name: str, value: object, minimum: int) -> int:
@@ -23,6 +23,21 @@ def check_float(name: str, value: object, minimum: float | None = None) -> float
     if not _is_finite_real(value) or (minimum is not None and value < minimum):
         allowed = "a finite real number" + ("" if minimum is None else f" >= {minimum}")
         raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    return float(value)
+
+
+def check_interval(name: str, value: object, low: float, high: float = math.inf, *, low_closed: bool = False,
+                   high_closed: bool = False) -> float:
+    """Return ``value`` as a float if it is a real number between ``low`` and ``high`` (each end included
+    only when ``low_closed`` / ``high_closed``; ``high`` may be inf), else raise ``ValueError`` naming ``name``
+    and the interval, e.g. ``(0, 1]`` for a fraction or ``> 1`` for an R-hat threshold."""
+    real = not isinstance(value, bool) and isinstance(value, numbers.Real)
+    if not (real and (low <= value if low_closed else low < value) and (value <= high if high_closed else value < high)):
+        if high == math.inf:
+            allowed = f"{'>=' if low_closed else '>'} {low:g}"
+        else:
+            allowed = f"in {'[' if low_closed else '('}{low:g}, {high:g}{']' if high_closed else ')'}"
+        raise ValueError(f"{name} must be a number {allowed}, got {value!r}")
     return float(value)
 
 

@@ -203,7 +203,7 @@ def test_per_layer_and_per_block_variances():
     (dict(blocks="node", beta=2), "beta only apply to blocks='finer_node'"),
     (dict(proposal_variance=[0.1, 0.2, 0.3]), r"one per layer \(2: \['net.layers.0', 'net.layers.1'\]\) or one per block \(4\)"),
     (dict(proposal_variance=-1.0), r"variances\[0\] must be a finite number > 0, got -1.0"),
-    (dict(target_accept=1.5), r"target_accept must be in \(0, 1\)"),
+    (dict(target_accept=1.5), r"target_accept must be a number in \(0, 1\)"),
     (dict(adapt="yes"), "adapt must be True or False"),
     (dict(likelihood=Gaussian(1.0, learn_noise=True)), "likelihood Gaussian has parameters"),
     (dict(blocks=modulo_partition(10, 2)), "blocks partitions 10 parameters, the model has 13"),

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from lit_bayes.validation import check_float, check_int, check_positive
+from lit_bayes.validation import check_float, check_int, check_interval, check_positive
 
 
 @pytest.mark.parametrize("value", [1, 2.5, 1e-300, np.float32(0.5), np.float64(3.0)])
@@ -41,3 +41,29 @@ def test_check_float_refuses_and_says_what_is_allowed(value, minimum, allowed):
 def test_check_int_refuses_non_integers_and_values_below_the_minimum(value):
     with pytest.raises(ValueError, match="num_chains must be an integer >= 1"):
         check_int("num_chains", value, 1)
+
+
+@pytest.mark.parametrize("value, ends, inside", [
+    (0.0, (False, False), False), (0.0, (True, False), True), (1.0, (False, False), False),
+    (1.0, (False, True), True), (np.float32(0.25), (False, False), True), (1, (True, True), True),
+    (math.nan, (True, True), False), (True, (True, True), False), ("0.5", (True, True), False), (None, (True, True), False),
+])
+def test_check_interval_honours_each_end(value, ends, inside):
+    low_closed, high_closed = ends
+    interval = ("[" if low_closed else "(") + "0, 1" + ("]" if high_closed else ")")
+    check = lambda: check_interval("delta", value, 0.0, 1.0, low_closed=low_closed, high_closed=high_closed)  # noqa: E731
+    if inside:
+        assert check() == float(value) and type(check()) is float
+    else:
+        with pytest.raises(ValueError, match="^delta must be a number in " + re.escape(interval) + ", got "
+                                             + re.escape(repr(value)) + "$"):
+            check()
+
+
+@pytest.mark.parametrize("value, inside", [(1.0, False), (1.05, True), (1e300, True), (math.inf, False)])
+def test_check_interval_without_an_upper_end_says_greater_than(value, inside):
+    if inside:
+        assert check_interval("rhat_threshold", value, 1.0) == value
+    else:
+        with pytest.raises(ValueError, match="^rhat_threshold must be a number > 1, got "):
+            check_interval("rhat_threshold", value, 1.0)

@@ -27,7 +27,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lit_bayes.incremental import BlockTarget
-from lit_bayes.validation import check_positive
+from lit_bayes.validation import check_interval, check_positive
 
 __all__ = ["BlockMetropolis"]
 
@@ -60,11 +60,10 @@ class BlockMetropolis(Optimizer):
         variances = [check_positive(f"variances[{i}]", v) for i, v in enumerate(variances)]
         if not variances:
             raise ValueError("variances must hold one proposal variance per block, got none")
-        if not 0.0 < target_accept < 1.0:
-            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}")
+        target_accept = check_interval("target_accept", target_accept, 0.0, 1.0)
         if isinstance(adapt_steps, bool) or not isinstance(adapt_steps, int) or adapt_steps < 0:
             raise ValueError(f"adapt_steps must be a non-negative integer, got {adapt_steps!r}")
-        defaults = {"variances": variances, "target_accept": float(target_accept), "adapt_steps": adapt_steps}
+        defaults = {"variances": variances, "target_accept": target_accept, "adapt_steps": adapt_steps}
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
             raise ValueError("BlockMetropolis takes one parameter group (all chains move together)")

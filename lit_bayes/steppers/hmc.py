@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from lit_bayes.steppers.base import NoisyStepper
+from lit_bayes.validation import check_interval
 
 __all__ = ["HMCStepper"]
 
@@ -55,8 +56,7 @@ class HMCStepper(NoisyStepper):
     ) -> None:
         if not isinstance(num_leapfrog, int) or num_leapfrog < 1:
             raise ValueError(f"num_leapfrog must be a positive integer, got {num_leapfrog!r}")
-        if not 0.0 < target_accept < 1.0:
-            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}")
+        target_accept = check_interval("target_accept", target_accept, 0.0, 1.0)
         if not isinstance(adapt_steps, int) or adapt_steps < 0:
             raise ValueError(f"adapt_steps must be a non-negative integer, got {adapt_steps!r}")
         defaults = {"lr": lr, "num_leapfrog": num_leapfrog, "target_accept": target_accept, "adapt_steps": adapt_steps}

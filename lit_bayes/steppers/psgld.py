@@ -6,7 +6,7 @@ from collections.abc import Iterable
 import torch
 
 from lit_bayes.steppers.base import NoisyStepper
-from lit_bayes.validation import check_positive
+from lit_bayes.validation import check_interval, check_positive
 
 __all__ = ["PSGLD"]
 
@@ -38,8 +38,7 @@ class PSGLD(NoisyStepper):
         adapt_steps: int | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
-        if not 0.0 <= alpha < 1.0:
-            raise ValueError(f"alpha must be in [0, 1), got {alpha!r}")
+        alpha = check_interval("alpha", alpha, 0.0, 1.0, low_closed=True)
         check_positive("eps_precond", eps_precond)
         if adapt_steps is not None and (not isinstance(adapt_steps, int) or adapt_steps < 1):
             raise ValueError(f"adapt_steps must be a positive integer or None, got {adapt_steps!r}")

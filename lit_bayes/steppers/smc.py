@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from lit_bayes.steppers.resampling import RESAMPLERS, effective_sample_size, resample
+from lit_bayes.validation import check_interval
 
 __all__ = ["ParticleStepper", "Reweighted"]
 
@@ -51,10 +52,8 @@ class ParticleStepper:
     def __init__(self, resampling: str = "stratified", ess_threshold: float = 1.0) -> None:
         if resampling not in RESAMPLERS:
             raise ValueError(f"resampling must be one of {sorted(RESAMPLERS)}, got {resampling!r}")
-        if isinstance(ess_threshold, bool) or not isinstance(ess_threshold, (int, float)) or not 0 <= ess_threshold <= 1:
-            raise ValueError(f"ess_threshold must be a number in [0, 1], got {ess_threshold!r}")
         self.resampling = resampling
-        self.ess_threshold = float(ess_threshold)
+        self.ess_threshold = check_interval("ess_threshold", ess_threshold, 0.0, 1.0, low_closed=True, high_closed=True)
 
     def reweight(self, log_weights: Tensor, log_potential: Tensor, generator: torch.Generator) -> Reweighted:
         """Multiply the weights by the potentials and resample if the ESS is low.
