@@ -4,6 +4,7 @@ from __future__ import annotations
 from lightning.pytorch.callbacks import Callback
 
 from lit_bayes.predictive import marginal_predictive, posterior_samples
+from lit_bayes.validation import check_int
 
 __all__ = ["PredictiveMarginal"]
 
@@ -21,8 +22,8 @@ class PredictiveMarginal(Callback):
     """
 
     def __init__(self, chunk_size: int | None = None, keep_per_sample: bool = False) -> None:
-        if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
-            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        if chunk_size is not None:
+            check_int("chunk_size", chunk_size, 1)
         self.chunk_size = chunk_size
         self.keep_per_sample = keep_per_sample
         self._samples = None

@@ -15,6 +15,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from lit_bayes.validation import check_int
+
 __all__ = ["DiskStore", "MemoryStore", "read_disk_store"]
 
 INDEX = "index.json"
@@ -37,8 +39,7 @@ class MemoryStore:
     ``"last"``), so an append costs one draw's copy whatever ``max_draws`` is."""
 
     def __init__(self, max_draws: int, policy: str = "last", seed: int = 0) -> None:
-        if not isinstance(max_draws, int) or max_draws < 1:
-            raise ValueError(f"max_draws must be a positive integer, got {max_draws!r}")
+        check_int("max_draws", max_draws, 1)
         if policy not in ("last", "reservoir"):
             raise ValueError(f"policy must be 'last' or 'reservoir', got {policy!r}")
         self.max_draws = max_draws
@@ -97,8 +98,7 @@ class DiskStore:
     """
 
     def __init__(self, directory: str | os.PathLike, shard_size: int = 100) -> None:
-        if not isinstance(shard_size, int) or shard_size < 1:
-            raise ValueError(f"shard_size must be a positive integer, got {shard_size!r}")
+        check_int("shard_size", shard_size, 1)
         self.directory = Path(directory)
         self.shard_size = shard_size
         self.shards: list[dict] = []

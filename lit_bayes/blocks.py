@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lit_bayes.validation import check_int
+
 __all__ = [
     "Partition",
     "finer_node_partition",
@@ -141,9 +143,7 @@ def _per_layer(name: str, value, num_layers: int) -> list:
 def _num_subblocks(layer: str, node_size: int, beta, max_block_size, subblock_size) -> int:
     """Sub-blocks per node of ``layer`` under whichever rule was given."""
     if max_block_size is not None:
-        if isinstance(max_block_size, bool) or not isinstance(max_block_size, int) or max_block_size < 1:
-            raise ValueError(f"max_block_size must be a positive integer, got {max_block_size!r}")
-        return -(-node_size // max_block_size)
+        return -(-node_size // check_int("max_block_size", max_block_size, 1))
     if subblock_size is not None:
         if isinstance(subblock_size, bool) or not isinstance(subblock_size, int) or subblock_size < 1:
             raise ValueError(

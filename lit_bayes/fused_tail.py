@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from lit_bayes import logspace
 from lit_bayes.incremental import LinearStack
 from lit_bayes.posterior import Likelihood
+from lit_bayes.validation import check_int
 
 __all__ = ["FusedTail", "compilable", "tail_log_likelihood"]
 
@@ -84,8 +85,7 @@ class FusedTail:
     """
 
     def __init__(self, stack: LinearStack, likelihood: Likelihood, max_terms: int = 1024) -> None:
-        if isinstance(max_terms, bool) or not isinstance(max_terms, int) or max_terms < 1:
-            raise ValueError(f"max_terms must be a positive integer, got {max_terms!r}")
+        check_int("max_terms", max_terms, 1)
         self.stack = stack
         self.likelihood = likelihood
         self.max_terms = max_terms

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lit_bayes.validation import check_interval
+from lit_bayes.validation import check_int, check_interval
 
 __all__ = ["MASK_LAWS", "MaskLaw", "structured_masks"]
 
@@ -85,6 +85,4 @@ class MaskLaw:
 
 def structured_masks(num_groups: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Tensor:
     """The M one-hot masks of S-SGMCMC (Eq. 14, Algorithm 1), one per group: ``(M, M)``."""
-    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
-        raise ValueError(f"num_groups must be a positive integer, got {num_groups!r}")
-    return torch.eye(num_groups, device=device, dtype=dtype)
+    return torch.eye(check_int("num_groups", num_groups, 1), device=device, dtype=dtype)

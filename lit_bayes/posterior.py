@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from lit_bayes.logspace import logsumexp, logsumexp_units
 from lit_bayes.unchanged import DerivedFrom
-from lit_bayes.validation import check_positive
+from lit_bayes.validation import check_int, check_positive
 
 __all__ = [
     "Bernoulli",
@@ -123,9 +123,7 @@ class Categorical(Likelihood):
 
     def __init__(self, num_classes: int) -> None:
         super().__init__()
-        if not isinstance(num_classes, int) or num_classes < 2:
-            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
-        self.num_classes = num_classes
+        self.num_classes = check_int("num_classes", num_classes, 2)
         self.target_logits = TargetLogits()
 
     def check_target(self, target: Tensor, name: str = "target") -> None:
@@ -311,8 +309,8 @@ class Posterior:
         temperature: float = 1.0,
         minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",
     ) -> None:
-        if num_data is not None and (not isinstance(num_data, int) or isinstance(num_data, bool) or num_data < 1):
-            raise ValueError(f"num_data must be a positive integer, got {num_data!r}")
+        if num_data is not None:
+            num_data = check_int("num_data", num_data, 1)
         check_positive("temperature", temperature)
         if minibatch_scaling not in ("rescaled", "sum"):
             raise ValueError(f"minibatch_scaling must be 'rescaled' or 'sum', got {minibatch_scaling!r}")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from lit_bayes.validation import check_int
+
 __all__ = ["SampleBuffer"]
 
 
@@ -40,8 +42,7 @@ class SampleBuffer(nn.Module):
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
         super().__init__()
         for name, value in (("num_chains", num_chains), ("num_params", num_params), ("capacity", capacity)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_int(name, value, 1)
         self.register_buffer("samples", torch.zeros(num_chains, num_params, capacity, dtype=dtype, device=device))
         self.register_buffer("count", torch.zeros((), dtype=torch.long, device=device))
         self.register_buffer("position", torch.zeros((), dtype=torch.long, device=device))

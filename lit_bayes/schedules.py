@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from lit_bayes.validation import check_positive
+from lit_bayes.validation import check_int, check_positive
 
 __all__ = ["StepSizeSchedule"]
 
@@ -34,8 +34,7 @@ class StepSizeSchedule:
         check_positive("decay_steps", decay_steps)
         if not decay_power >= 0:
             raise ValueError(f"decay_power must be >= 0, got {decay_power!r}")
-        if not isinstance(cycle_length, int) or cycle_length < 1:
-            raise ValueError(f"cycle_length must be a positive integer, got {cycle_length!r}")
+        check_int("cycle_length", cycle_length, 1)
         self.step_size = float(step_size)
         self.kind = kind
         self.decay_steps = float(decay_steps)

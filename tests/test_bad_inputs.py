@@ -194,8 +194,8 @@ def test_schedule_rejects_unknown_kind():
         ({"decay_steps": 0}, "decay_steps must be a finite number > 0, got 0"),
         ({"decay_steps": -5.0}, "decay_steps must be a finite number > 0"),
         ({"decay_power": -0.5}, "decay_power must be >= 0, got -0.5"),
-        ({"cycle_length": 0}, "cycle_length must be a positive integer, got 0"),
-        ({"cycle_length": 2.5}, "cycle_length must be a positive integer, got 2.5"),
+        ({"cycle_length": 0}, "cycle_length must be an integer >= 1, got 0"),
+        ({"cycle_length": 2.5}, "cycle_length must be an integer >= 1, got 2.5"),
     ],
 )
 def test_schedule_rejects_bad_options(options, message):
@@ -281,12 +281,12 @@ def test_posterior_rejects_non_positive_temperature(temperature):
 
 @pytest.mark.parametrize("num_data", [0, -3, 10.0])
 def test_posterior_rejects_bad_num_data(num_data):
-    with pytest.raises(ValueError, match=rf"num_data must be a positive integer, got {num_data!r}"):
+    with pytest.raises(ValueError, match=rf"num_data must be an integer >= 1, got {num_data!r}"):
         Posterior(Gaussian(), GaussianPrior(), num_data=num_data)
 
 
 def test_posterior_rejects_bool_num_data():
-    with pytest.raises(ValueError, match="num_data must be a positive integer"):
+    with pytest.raises(ValueError, match="num_data must be an integer >= 1"):
         Posterior(Gaussian(), GaussianPrior(), num_data=True)
 
 
@@ -338,7 +338,7 @@ def test_posterior_samples_rejects_unknown_mode():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"max_draws": 0}, "max_draws must be a positive integer, got 0"),
+    ({"max_draws": 0}, "max_draws must be an integer >= 1, got 0"),
     ({"policy": "first"}, "policy must be 'last' or 'reservoir', got 'first'"),
 ])
 def test_posterior_samples_rejects_bad_memory_settings(kwargs, message):
@@ -362,7 +362,7 @@ def test_memory_store_too_large_is_refused_by_trainer_fit():
 
 
 def test_predictive_marginal_rejects_bad_chunk_size():
-    with pytest.raises(ValueError, match="chunk_size must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="chunk_size must be an integer >= 1, got 0"):
         PredictiveMarginal(chunk_size=0)
 
 

@@ -93,7 +93,7 @@ def test_linear_without_bias_and_bias_in_last_subblock():
     (lambda: finer_node_partition(MNIST, beta=0), r"beta for layer 'layers.0' must be an integer in \[1, 785\]"),
     (lambda: finer_node_partition(MNIST, beta=[1, 12, 1, 1]), r"'layers.1' must be an integer in \[1, 11\]"),
     (lambda: finer_node_partition(MNIST, beta=1.5), "beta for layer"),
-    (lambda: finer_node_partition(MNIST, max_block_size=0), "max_block_size must be a positive integer"),
+    (lambda: finer_node_partition(MNIST, max_block_size=0), "max_block_size must be an integer >= 1"),
     (lambda: finer_node_partition(MNIST, subblock_size=[0, None, None, None]), "subblock_size for layer 'layers.0'"),
     (lambda: modulo_partition(10, 0), r"num_groups must be an integer in \[1, 10\]"),
     (lambda: random_partition(10, 11), r"num_groups must be an integer in \[1, 10\]"),

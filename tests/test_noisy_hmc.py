@@ -205,7 +205,7 @@ def test_resumed_chain_equals_uninterrupted_chain(tmp_path):
     (dict(init_std=0.0), "init_std must be a finite number > 0"),
     (dict(dtype="float16"), "dtype must be 'float32' or 'float64'"),
     (dict(step_size=-1.0), "step_size must be a finite number > 0"),
-    (dict(num_leapfrog=0), "num_leapfrog must be a positive integer"),
+    (dict(num_leapfrog=0), "num_leapfrog must be an integer >= 1"),
     (dict(num_chains=0), "num_chains must be an integer >= 1"),
 ])
 def test_bad_arguments(kwargs, message):

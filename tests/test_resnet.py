@@ -77,7 +77,7 @@ def test_structured_steps_on_resnet20(mode):
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="norm must be one of"):
         ResNet20(norm="group")
-    with pytest.raises(ValueError, match="in_channels must be a positive integer"):
+    with pytest.raises(ValueError, match="in_channels must be an integer >= 1"):
         ResNet20(in_channels=0)
     with pytest.raises(ValueError, match=r"shape \(B, C, H, W\)"):
         ResNet20()(torch.randn(3, 32, 32))

@@ -30,6 +30,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lit_bayes.validation import check_int
+
 __all__ = ["FrozenBatchNorm2d", "ResNet20"]
 
 
@@ -87,8 +89,7 @@ class ResNet20(nn.Module):
     def __init__(self, num_classes: int = 10, in_channels: int = 3, norm: str = "frozen") -> None:
         super().__init__()
         for name, value in (("num_classes", num_classes), ("in_channels", in_channels)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_int(name, value, 1)
         if norm not in NORMS:
             raise ValueError(f"norm must be one of {sorted(NORMS)}, got {norm!r}")
         layer = NORMS[norm]

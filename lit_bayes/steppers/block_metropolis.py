@@ -27,7 +27,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lit_bayes.incremental import BlockTarget
-from lit_bayes.validation import check_interval, check_positive
+from lit_bayes.validation import check_int, check_interval, check_positive
 
 __all__ = ["BlockMetropolis"]
 
@@ -61,8 +61,7 @@ class BlockMetropolis(Optimizer):
         if not variances:
             raise ValueError("variances must hold one proposal variance per block, got none")
         target_accept = check_interval("target_accept", target_accept, 0.0, 1.0)
-        if isinstance(adapt_steps, bool) or not isinstance(adapt_steps, int) or adapt_steps < 0:
-            raise ValueError(f"adapt_steps must be a non-negative integer, got {adapt_steps!r}")
+        adapt_steps = check_int("adapt_steps", adapt_steps, 0)
         defaults = {"variances": variances, "target_accept": target_accept, "adapt_steps": adapt_steps}
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from lit_bayes.steppers.base import NoisyStepper
-from lit_bayes.validation import check_interval
+from lit_bayes.validation import check_int, check_interval
 
 __all__ = ["HMCStepper"]
 
@@ -54,11 +54,9 @@ class HMCStepper(NoisyStepper):
         adapt_steps: int = 0,
         generator: torch.Generator | None = None,
     ) -> None:
-        if not isinstance(num_leapfrog, int) or num_leapfrog < 1:
-            raise ValueError(f"num_leapfrog must be a positive integer, got {num_leapfrog!r}")
+        num_leapfrog = check_int("num_leapfrog", num_leapfrog, 1)
         target_accept = check_interval("target_accept", target_accept, 0.0, 1.0)
-        if not isinstance(adapt_steps, int) or adapt_steps < 0:
-            raise ValueError(f"adapt_steps must be a non-negative integer, got {adapt_steps!r}")
+        adapt_steps = check_int("adapt_steps", adapt_steps, 0)
         defaults = {"lr": lr, "num_leapfrog": num_leapfrog, "target_accept": target_accept, "adapt_steps": adapt_steps}
         super().__init__(params, defaults, generator)
         if len(self.param_groups) != 1:
