@@ -196,6 +196,7 @@ def test_schedule_rejects_unknown_kind():
         ({"decay_power": -0.5}, "decay_power must be >= 0, got -0.5"),
         ({"cycle_length": 0}, "cycle_length must be an integer >= 1, got 0"),
         ({"cycle_length": 2.5}, "cycle_length must be an integer >= 1, got 2.5"),
+        ({"cycle_length": True}, "cycle_length must be an integer >= 1, got True"),
     ],
 )
 def test_schedule_rejects_bad_options(options, message):
@@ -339,6 +340,7 @@ def test_posterior_samples_rejects_unknown_mode():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"max_draws": 0}, "max_draws must be an integer >= 1, got 0"),
+    ({"max_draws": True}, "max_draws must be an integer >= 1, got True"),
     ({"policy": "first"}, "policy must be 'last' or 'reservoir', got 'first'"),
 ])
 def test_posterior_samples_rejects_bad_memory_settings(kwargs, message):

@@ -206,6 +206,7 @@ def test_resumed_chain_equals_uninterrupted_chain(tmp_path):
     (dict(dtype="float16"), "dtype must be 'float32' or 'float64'"),
     (dict(step_size=-1.0), "step_size must be a finite number > 0"),
     (dict(num_leapfrog=0), "num_leapfrog must be an integer >= 1"),
+    (dict(num_leapfrog=True), "num_leapfrog must be an integer >= 1, got True"),
     (dict(num_chains=0), "num_chains must be an integer >= 1"),
 ])
 def test_bad_arguments(kwargs, message):
