@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from lit_bayes import logspace
+from lit_bayes.validation import check_int
 
 __all__ = ["Predictive", "default_chunk_size", "marginal_predictive", "posterior_samples", "uniform_log_weights"]
 
@@ -109,8 +110,7 @@ def marginal_predictive(
     """
     if chunk_size is None:
         chunk_size = default_chunk_size(x.shape[0], x.device)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
+    check_int("chunk_size", chunk_size, 1)
     log_norm = torch.logsumexp(log_weights.double(), 0)
     total = float(log_norm)
     if abs(total) > 1e-4:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from lit_bayes.validation import check_int, check_positive
+from lit_bayes.validation import check_float, check_int, check_positive
 
 __all__ = ["StepSizeSchedule"]
 
@@ -32,8 +32,7 @@ class StepSizeSchedule:
         if kind not in ("constant", "polynomial", "cyclical"):
             raise ValueError(f"schedule must be 'constant', 'polynomial' or 'cyclical', got {kind!r}")
         check_positive("decay_steps", decay_steps)
-        if not decay_power >= 0:
-            raise ValueError(f"decay_power must be >= 0, got {decay_power!r}")
+        check_float("decay_power", decay_power, minimum=0.0)
         check_int("cycle_length", cycle_length, 1)
         self.step_size = float(step_size)
         self.kind = kind

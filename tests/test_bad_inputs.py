@@ -193,7 +193,7 @@ def test_schedule_rejects_unknown_kind():
     [
         ({"decay_steps": 0}, "decay_steps must be a finite number > 0, got 0"),
         ({"decay_steps": -5.0}, "decay_steps must be a finite number > 0"),
-        ({"decay_power": -0.5}, "decay_power must be >= 0, got -0.5"),
+        ({"decay_power": -0.5}, "decay_power must be a finite real number >= 0.0, got -0.5"),
         ({"cycle_length": 0}, "cycle_length must be an integer >= 1, got 0"),
         ({"cycle_length": 2.5}, "cycle_length must be an integer >= 1, got 2.5"),
         ({"cycle_length": True}, "cycle_length must be an integer >= 1, got True"),
@@ -371,7 +371,7 @@ def test_predictive_marginal_rejects_bad_chunk_size():
 def test_marginal_predictive_rejects_bad_chunk_size():
     sampler = regression_sampler(num_data=10)
     samples = sampler.initial_state(torch.Generator().manual_seed(0))
-    with pytest.raises(ValueError, match="chunk_size must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="chunk_size must be an integer >= 1, got 0"):
         marginal_predictive(sampler, samples, uniform_log_weights(1), torch.randn(B, 3), chunk_size=0)
 
 

@@ -63,7 +63,7 @@ def test_same_seed_same_chain():
         (lambda p: PSGLD(p, lr=1e-3, alpha=1.0), r"alpha must be a number in \[0, 1\)"),
         (lambda p: PSGLD(p, lr=1e-3, eps_precond=0.0), "eps_precond must be a finite number > 0"),
         (lambda p: SGHMC(p, lr=1e-3, friction=0.0), "friction must be a finite number > 0"),
-        (lambda p: SGHMC(p, lr=1e-3, noise_estimate=-1.0), "noise_estimate must be >= 0"),
+        (lambda p: SGHMC(p, lr=1e-3, noise_estimate=-1.0), "noise_estimate must be a finite real number >= 0.0"),
     ],
 )
 def test_bad_stepper_arguments(make, message):

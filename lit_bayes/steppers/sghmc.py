@@ -6,7 +6,7 @@ from collections.abc import Iterable
 import torch
 
 from lit_bayes.steppers.base import NoisyStepper
-from lit_bayes.validation import check_positive
+from lit_bayes.validation import check_float, check_positive
 
 __all__ = ["SGHMC"]
 
@@ -33,8 +33,7 @@ class SGHMC(NoisyStepper):
         generator: torch.Generator | None = None,
     ) -> None:
         check_positive("friction", friction)
-        if not noise_estimate >= 0:
-            raise ValueError(f"noise_estimate must be >= 0, got {noise_estimate!r}")
+        noise_estimate = check_float("noise_estimate", noise_estimate, minimum=0.0)
         super().__init__(params, {"lr": lr, "friction": friction, "noise_estimate": noise_estimate}, generator)
 
     def update_group(self, group: dict) -> None:
