@@ -99,7 +99,8 @@ def test_exp_a_script_reads_the_informed_chain_of_an_earlier_run(tmp_path):
     assert len(shared) >= 3 and all(informed == recorded[step] for step, informed in shared)
     assert [informed for step, informed, _ in read["trace"] if step > 20] == [None, None]
     assert read["trace"][0][2] > 0.01  # chain 0 is uninformed (the zero start)
-    assert read["ours"]["rhat"] is None  # no R-hat with the informed chain
+    assert read["ours"]["rhat"] is None  # no R-hat with the informed chain (the table: n/a, not never)
+    assert read["informed_read"] and not earlier["informed_read"]
     assert run_exp_a("--report", "--root", str(tmp_path / "read"))["ours"] == read["ours"]
 
 
