@@ -14,8 +14,12 @@ def check_int(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
+def _is_real(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Real)
+
+
 def _is_finite_real(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+    return _is_real(value) and math.isfinite(value)
 
 
 def check_float(name: str, value: object, minimum: float | None = None) -> float:
@@ -31,8 +35,7 @@ def check_interval(name: str, value: object, low: float, high: float = math.inf,
     """Return ``value`` as a float if it is a real number between ``low`` and ``high`` (each end included
     only when ``low_closed`` / ``high_closed``; ``high`` may be inf), else raise ``ValueError`` naming ``name``
     and the interval, e.g. ``(0, 1]`` for a fraction or ``> 1`` for an R-hat threshold."""
-    real = not isinstance(value, bool) and isinstance(value, numbers.Real)
-    if not (real and (low <= value if low_closed else low < value) and (value <= high if high_closed else value < high)):
+    if not (_is_real(value) and (low <= value if low_closed else low < value) and (value <= high if high_closed else value < high)):
         if high == math.inf:
             allowed = f"{'>=' if low_closed else '>'} {low:g}"
         else:
