@@ -100,7 +100,9 @@ class ThermalizationCheck(Callback):
     merged; ``merge_step/chain_{c}`` per uninformed chain), ``rhat``, ``rhat_step``,
     ``rhat_uninformed``, ``rhat_uninformed_step``, ``score_step`` (NaN when not reached) and
     ``records``. During fit it logs ``thermalization/test_mse/chain_{c}`` and
-    ``thermalization/score/chain_{c}`` at every record and ``thermalization/rhat`` at every block.
+    ``thermalization/score/chain_{c}`` at every record and ``thermalization/rhat`` and
+    ``thermalization/rhat_uninformed`` at every block where they are defined (two chains or more, the
+    informed chains' outputs at hand, a varying output).
     All traces are checkpointed (:meth:`state_dict`), so a resumed run continues them.
     Single-process runs only (every chain in one process).
 
@@ -252,7 +254,8 @@ class ThermalizationCheck(Callback):
             self._rhat.append(torch.tensor([float(self._steps[-1]), with_informed,
                                             self._block_rhat(block[self.informed_chains:])], dtype=torch.float64))
             self._block = []
-            logged[f"{PREFIX}rhat"] = float(self._rhat[-1][1])
+            logged.update({f"{PREFIX}{name}": float(value) for name, value in
+                           zip(("rhat", "rhat_uninformed"), self._rhat[-1][1:]) if math.isfinite(value)})
         for logger in trainer.loggers:  # saved at once, as Lightning does: a long run's CSV fills as it goes
             logger.log_metrics(logged, step=trainer.global_step)
             logger.save()

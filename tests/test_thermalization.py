@@ -9,6 +9,7 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import Logger
 
 from lit_bayes.callbacks.run_summary import RunSummary
 from lit_bayes.callbacks.thermalization import ThermalizationCheck, settled_index
@@ -20,7 +21,24 @@ from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
 WIDTHS = (5, 4, 1)
 
 
-def fit(activation, delta, init, steps, root, callbacks=(), ckpt_path=None, num_chains=3, data_seed=0, **check):
+class RecordedMetrics(Logger):
+    """Keeps every ``log_metrics`` call."""
+
+    name, version = "recorded", 0
+
+    def __init__(self):
+        super().__init__()
+        self.logged: list[dict[str, float]] = []
+
+    def log_metrics(self, metrics, step=None):
+        self.logged.append(dict(metrics))
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        pass
+
+
+def fit(activation, delta, init, steps, root, callbacks=(), ckpt_path=None, num_chains=3, data_seed=0, logger=False,
+        **check):
     torch.set_num_threads(1)
     data = TeacherStudent(widths=WIDTHS, activation=activation, delta_z=delta, delta_x=delta, num_train=60,
                           num_test=100, seed=data_seed)
@@ -28,7 +46,7 @@ def fit(activation, delta, init, steps, root, callbacks=(), ckpt_path=None, num_
     options = dict(every_n_steps=2, window=10, rhat_block=25, rhat_points=20, tolerance=0.5)
     check_callback = ThermalizationCheck(**{**options, **check})
     checkpointing = any(isinstance(c, ModelCheckpoint) for c in callbacks)
-    trainer = L.Trainer(logger=False, enable_checkpointing=checkpointing, enable_progress_bar=False,
+    trainer = L.Trainer(logger=logger, enable_checkpointing=checkpointing, enable_progress_bar=False,
                         enable_model_summary=False, callbacks=[check_callback, *callbacks], max_epochs=steps,
                         limit_val_batches=0, default_root_dir=root)
     trainer.fit(sampler, datamodule=data, ckpt_path=ckpt_path)
@@ -40,8 +58,9 @@ def test_merge_is_detected_when_every_chain_thermalizes(tmp_path):
     reach the informed chain's test MSE within a few dozen sweeps. The merge rule smooths over 25 records
     (50 sweeps): on so small a problem single records swing by more than the band (at Delta = 0.05 and a
     10-record window the merge step of 12 seeds ranged from 26 to 294 sweeps, or never)."""
+    recorded = RecordedMetrics()
     check, sampler, data = fit("linear", 0.5, "zeros", 300, tmp_path, callbacks=[RunSummary(str(tmp_path))],
-                               window=25)
+                               window=25, logger=recorded)
     traces = check.traces()
     assert traces["steps"][0] == 0 and traces["steps"][-1] == 300 and traces["test_mse"].shape == (3, 151)
     assert traces["test_mse"][0, 0] < 1e-10 < traces["test_mse"][1, 0]  # chain 0 starts at the teacher
@@ -54,6 +73,9 @@ def test_merge_is_detected_when_every_chain_thermalizes(tmp_path):
         < metrics["thermalization/band_high"]
     assert metrics["thermalization/score_step"] <= 150
     assert traces["rhat"].shape == (6, 3) and math.isfinite(metrics["thermalization/rhat"])
+    records = [m for m in recorded.logged if "thermalization/test_mse/chain_0" in m]  # not the summary's
+    rhats = [(m["thermalization/rhat"], m["thermalization/rhat_uninformed"]) for m in records if "thermalization/rhat" in m]
+    assert torch.equal(torch.tensor(rhats, dtype=torch.float64), traces["rhat"][:, 1:])
 
 
 def test_not_merged_when_the_uninformed_chains_are_stuck(tmp_path):
@@ -103,7 +125,9 @@ def test_informed_chain_read_from_an_earlier_run(tmp_path):
     first, _, _ = fit("linear", 0.05, "zeros", 300, tmp_path / "a",
                       callbacks=[last_checkpoint_every(300, tmp_path / "a")])
     informed_run = str(tmp_path / "a" / "last.ckpt")
-    read, sampler, _ = fit("linear", 0.05, "zeros", 300, tmp_path / "b", num_chains=2, informed_run=informed_run)
+    recorded = RecordedMetrics()
+    read, sampler, _ = fit("linear", 0.05, "zeros", 300, tmp_path / "b", num_chains=2, informed_run=informed_run,
+                           logger=recorded)
     traces, informed = read.traces(), first.traces()
     assert traces["test_mse"].shape == (2, 151) and (traces["test_mse"][:, 0] > 1e-3).all()  # none at the teacher
     assert torch.equal(traces["steps"], informed["steps"])
@@ -119,6 +143,10 @@ def test_informed_chain_read_from_an_earlier_run(tmp_path):
     assert math.isnan(metrics["thermalization/rhat"]) and math.isfinite(metrics["thermalization/rhat_uninformed"])
     for key in ("thermalization/rhat", "thermalization/rhat_step"):
         expected[key] = metrics[key]  # R-hat with the informed chain needs its outputs: NaN when read
+    records = [m for m in recorded.logged if "thermalization/test_mse/chain_0" in m]
+    blocks = [m for m in records if "thermalization/rhat_uninformed" in m]
+    assert len(blocks) == len(traces["rhat"]) == 6  # logged where defined, the undefined one not at all
+    assert not any("thermalization/rhat" in m for m in records)
     assert same_metrics(metrics, expected)
     state = read.state_dict()
     (tmp_path / "a" / "last.ckpt").unlink()
