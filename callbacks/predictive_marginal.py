@@ -4,7 +4,7 @@ from __future__ import annotations
 from lightning.pytorch.callbacks import Callback
 
 from lit_bayes.predictive import marginal_predictive, posterior_samples
-from lit_bayes.validation import check_int
+from lit_bayes.validation import check_optional_int
 
 __all__ = ["PredictiveMarginal"]
 
@@ -22,9 +22,7 @@ class PredictiveMarginal(Callback):
     """
 
     def __init__(self, chunk_size: int | None = None, keep_per_sample: bool = False) -> None:
-        if chunk_size is not None:
-            check_int("chunk_size", chunk_size, 1)
-        self.chunk_size = chunk_size
+        self.chunk_size = check_optional_int("chunk_size", chunk_size, 1)
         self.keep_per_sample = keep_per_sample
         self._samples = None
 

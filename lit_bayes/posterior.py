@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from lit_bayes.logspace import logsumexp, logsumexp_units
 from lit_bayes.unchanged import DerivedFrom
-from lit_bayes.validation import check_int, check_positive
+from lit_bayes.validation import check_int, check_optional_int, check_positive
 
 __all__ = [
     "Bernoulli",
@@ -309,8 +309,7 @@ class Posterior:
         temperature: float = 1.0,
         minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",
     ) -> None:
-        if num_data is not None:
-            num_data = check_int("num_data", num_data, 1)
+        num_data = check_optional_int("num_data", num_data, 1)
         check_positive("temperature", temperature)
         if minibatch_scaling not in ("rescaled", "sum"):
             raise ValueError(f"minibatch_scaling must be 'rescaled' or 'sum', got {minibatch_scaling!r}")

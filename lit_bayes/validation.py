@@ -14,6 +14,11 @@ def check_int(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
+def check_optional_int(name: str, value: object, minimum: int) -> int | None:
+    """:func:`check_int` for an argument where ``None`` means "not set" (returned as ``None``)."""
+    return None if value is None else check_int(name, value, minimum)
+
+
 def _is_real(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, numbers.Real)
 

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from lit_bayes.validation import check_float, check_int, check_interval, check_positive
+from lit_bayes.validation import check_float, check_int, check_interval, check_optional_int, check_positive
 
 
 @pytest.mark.parametrize("value", [1, 2.5, 1e-300, np.float32(0.5), np.float64(3.0)])
@@ -41,6 +41,14 @@ def test_check_float_refuses_and_says_what_is_allowed(value, minimum, allowed):
 def test_check_int_refuses_non_integers_and_values_below_the_minimum(value):
     with pytest.raises(ValueError, match="num_chains must be an integer >= 1"):
         check_int("num_chains", value, 1)
+
+
+def test_check_optional_int_passes_none_and_checks_anything_else():
+    assert check_optional_int("chunk_size", None, 1) is None
+    value = check_optional_int("chunk_size", np.int64(3), 1)
+    assert value == 3 and type(value) is int
+    with pytest.raises(ValueError, match="chunk_size must be an integer >= 1, got 0"):
+        check_optional_int("chunk_size", 0, 1)
 
 
 @pytest.mark.parametrize("value, ends, inside", [

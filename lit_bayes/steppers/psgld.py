@@ -6,7 +6,7 @@ from collections.abc import Iterable
 import torch
 
 from lit_bayes.steppers.base import NoisyStepper
-from lit_bayes.validation import check_int, check_interval, check_positive
+from lit_bayes.validation import check_interval, check_optional_int, check_positive
 
 __all__ = ["PSGLD"]
 
@@ -40,8 +40,7 @@ class PSGLD(NoisyStepper):
     ) -> None:
         alpha = check_interval("alpha", alpha, 0.0, 1.0, low_closed=True)
         check_positive("eps_precond", eps_precond)
-        if adapt_steps is not None:
-            adapt_steps = check_int("adapt_steps", adapt_steps, 1)
+        adapt_steps = check_optional_int("adapt_steps", adapt_steps, 1)
         defaults = {"lr": lr, "alpha": alpha, "eps_precond": eps_precond, "adapt_steps": adapt_steps}
         super().__init__(params, defaults, generator)
 
