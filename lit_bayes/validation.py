@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
 
-__all__ = ["check_float", "check_int", "check_interval", "check_positive"]
+__all__ = ["check_float", "check_int", "check_interval", "check_optional_int", "check_positive", "check_widths"]
 
 
 def check_int(name: str, value: object, minimum: int) -> int:
@@ -17,6 +18,15 @@ def check_int(name: str, value: object, minimum: int) -> int:
 def check_optional_int(name: str, value: object, minimum: int) -> int | None:
     """:func:`check_int` for an argument where ``None`` means "not set" (returned as ``None``)."""
     return None if value is None else check_int(name, value, minimum)
+
+
+def check_widths(name: str, value: object) -> list[int]:
+    """Return ``value`` as a list of ints if it lists at least two integers >= 1 (a network's input,
+    hidden and output sizes), else raise ``ValueError`` naming ``name``."""
+    entries = list(value) if isinstance(value, Iterable) and not isinstance(value, (str, bytes)) else []
+    if len(entries) < 2 or any(isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1 for w in entries):
+        raise ValueError(f"{name} must list at least two positive integers (input, ..., output), got {value!r}")
+    return [int(w) for w in entries]
 
 
 def _is_real(value: object) -> bool:

@@ -6,7 +6,16 @@ import re
 import numpy as np
 import pytest
 
-from lit_bayes.validation import check_float, check_int, check_interval, check_optional_int, check_positive
+from lit_bayes.models import MLP, PartialMLP
+from lit_bayes.models.noisy_mlp import NoisyMLP
+from lit_bayes.validation import (
+    check_float,
+    check_int,
+    check_interval,
+    check_optional_int,
+    check_positive,
+    check_widths,
+)
 
 
 @pytest.mark.parametrize("value", [1, 2.5, 1e-300, np.float32(0.5), np.float64(3.0)])
@@ -75,3 +84,21 @@ def test_check_interval_without_an_upper_end_says_greater_than(value, inside):
     else:
         with pytest.raises(ValueError, match="^rhat_threshold must be a number > 1, got "):
             check_interval("rhat_threshold", value, 1.0)
+
+
+def test_check_widths_returns_plain_ints():
+    widths = check_widths("widths", (np.int64(3), 4, 1))
+    assert widths == [3, 4, 1] and all(type(w) is int for w in widths)
+
+
+@pytest.mark.parametrize("value", [[3], [3, 0, 1], [3, True, 1], [3, 2.0, 1], "34", 5, None])
+def test_check_widths_refuses_and_names_the_argument(value):
+    with pytest.raises(ValueError, match=re.escape(f"widths must list at least two positive integers "
+                                                   f"(input, ..., output), got {value!r}")):
+        check_widths("widths", value)
+
+
+@pytest.mark.parametrize("model", [MLP, NoisyMLP, lambda widths: PartialMLP(widths, 0)])
+def test_every_mlp_checks_its_widths(model):
+    with pytest.raises(ValueError, match="widths must list at least two positive integers"):
+        model([2, True, 1])  # MLP passed True on to nn.Linear: a TypeError from torch

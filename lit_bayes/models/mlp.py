@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from lit_bayes.validation import check_widths
+
 __all__ = ["MLP"]
 
 ACTIVATIONS = {"sigmoid": nn.Sigmoid, "tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
@@ -21,9 +23,7 @@ class MLP(nn.Module):
 
     def __init__(self, widths: Sequence[int], activation: str = "sigmoid") -> None:
         super().__init__()
-        widths = list(widths)
-        if len(widths) < 2 or any(not isinstance(w, int) or w < 1 for w in widths):
-            raise ValueError(f"widths must list at least two positive integers (input, ..., output), got {widths!r}")
+        widths = check_widths("widths", widths)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         self.widths = widths

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch.special import log_ndtr
 
 from lit_bayes.posterior import Categorical, Gaussian, GaussianPrior, Likelihood
-from lit_bayes.validation import check_positive
+from lit_bayes.validation import check_positive, check_widths
 
 __all__ = ["ACTIVATIONS", "MultinomialProbit", "NoisyMLP"]
 
@@ -105,9 +105,7 @@ class NoisyMLP(nn.Module):
         output: Literal["regression", "probit"] = "regression",
     ) -> None:
         super().__init__()
-        widths = list(widths)
-        if len(widths) < 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
-            raise ValueError(f"widths must list at least two positive integers (input, ..., output), got {widths!r}")
+        widths = check_widths("widths", widths)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         if output not in OUTPUTS:

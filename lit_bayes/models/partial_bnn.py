@@ -13,6 +13,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+from lit_bayes.validation import check_widths
+
 __all__ = ["PartialBNN", "PartialMLP"]
 
 
@@ -162,9 +164,7 @@ class PartialMLP(PartialBNN):
         activation: str = "gelu_tanh",
         init: str = "xavier_normal",
     ) -> None:
-        widths = list(widths)
-        if len(widths) < 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
-            raise ValueError(f"widths must list at least two positive integers (input, ..., output), got {widths!r}")
+        widths = check_widths("widths", widths)
         num_layers = len(widths) - 1
         if isinstance(stochastic_layer, bool) or not isinstance(stochastic_layer, int) or not 0 <= stochastic_layer < num_layers:
             raise ValueError(f"stochastic_layer must be an integer in [0, {num_layers - 1}], got {stochastic_layer!r}")
