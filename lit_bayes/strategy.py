@@ -17,12 +17,24 @@ takes ``--trainer.strategy chain_parallel --trainer.devices 8 --trainer.num_node
 """
 from __future__ import annotations
 
+import atexit
 from typing import Any
 
 import torch
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 
-__all__ = ["ChainParallel"]
+__all__ = ["ChainParallel", "release_process_group"]
+
+
+def release_process_group() -> None:
+    """Destroy the default process group, if one is up, while the interpreter still runs.
+
+    A gloo group left to interpreter shutdown can abort a finished run's process ("terminate
+    called without an active exception", exit code -6); Lightning releases the group at exit
+    for NCCL only. :class:`ChainParallel` registers this at exit, ``lit-bayes`` calls it when
+    a run ends, and a script using Lightning's own ``"ddp"`` strategy can call it last."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def keep_local_gradients(state, bucket):  # no annotations: DDP checks them against the real class
@@ -41,6 +53,11 @@ class ChainParallel(DDPStrategy):
         kwargs.setdefault("init_sync", False)
         kwargs.setdefault("broadcast_buffers", False)
         super().__init__(**kwargs)
+
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        atexit.unregister(release_process_group)  # once, however many stages set the environment up
+        atexit.register(release_process_group)
 
     def _register_ddp_hooks(self) -> None:
         self.model.register_comm_hook(state=None, hook=keep_local_gradients)
