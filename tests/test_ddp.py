@@ -94,7 +94,7 @@ def test_cli_run_with_two_processes_writes_one_summary(tmp_path):
 
 
 def test_chain_parallel_releases_its_process_group_at_exit(monkeypatch):
-    """A gloo group left to interpreter shutdown can abort a finished run (exit -6: CI saw it twice):
+    """A gloo group left to interpreter shutdown can abort a finished run (exit -6, seen in a CI-style run):
     ChainParallel registers ``release_process_group`` at exit, once however often it is set up."""
     for name in ("MASTER_ADDR", "MASTER_PORT"):  # set by Lightning's setup; later launches must pick their own
         monkeypatch.setenv(name, "")
