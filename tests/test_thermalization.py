@@ -74,7 +74,8 @@ def test_merge_is_detected_when_every_chain_thermalizes(tmp_path):
     assert metrics["thermalization/score_step"] <= 150
     assert traces["rhat"].shape == (6, 3) and math.isfinite(metrics["thermalization/rhat"])
     records = [m for m in recorded.logged if "thermalization/test_mse/chain_0" in m]  # not the summary's
-    rhats = [(m["thermalization/rhat"], m["thermalization/rhat_uninformed"]) for m in records if "thermalization/rhat" in m]
+    rhats = [(m["thermalization/rhat"], m["thermalization/rhat_uninformed"])
+             for m in records if "thermalization/rhat" in m]
     assert torch.equal(torch.tensor(rhats, dtype=torch.float64), traces["rhat"][:, 1:])
 
 
