@@ -1,6 +1,7 @@
 """lit_bayes: Lightning samplers for Bayesian neural network posteriors."""
 from lit_bayes.cuda_probe import skip_nvml_probe_without_driver
 from lit_bayes.posterior import Bernoulli, Categorical, Gaussian, GaussianPrior, Posterior
+from lit_bayes import strategy  # registers "chain_parallel" and the process-group release at exit
 from lit_bayes.samplers import HMC, MALA, IntermediateHMC, IntermediateMALA, MAP, OHSMC, NoisyGibbs, SGMCMC, SGSMC, BlockGibbs, SamplerModule, StructuredSGMCMC
 
 __all__ = ["Bernoulli", "BlockGibbs", "Categorical", "Gaussian", "GaussianPrior", "HMC", "IntermediateHMC", "IntermediateMALA", "MALA", "MAP", "NoisyGibbs", "OHSMC", "Posterior", "SGMCMC", "SGSMC", "SamplerModule", "StructuredSGMCMC"]

@@ -37,7 +37,7 @@ from lit_bayes.callbacks import (
     UncertaintyMetrics,
 )
 from lit_bayes.samplers import SamplerModule
-from lit_bayes.strategy import ChainParallel, release_process_group  # registers the "chain_parallel" strategy name
+from lit_bayes.strategy import ChainParallel  # registers the "chain_parallel" strategy name
 
 __all__ = ["ChainParallel", "LitBayesCLI", "fit_and_test", "last_checkpoint", "main", "run_summary", "wandb_logged_in"]
 
@@ -138,7 +138,6 @@ def main(args: list[str] | None = None) -> None:
         args=args,
         auto_configure_optimizers=False,
     )
-    release_process_group()  # under any DDP strategy: gloo left to interpreter exit can abort the process
 
 
 def fit_and_test(config: str | os.PathLike, overrides: Sequence[str] = (), train_transform: Callable | None = None,

@@ -12,7 +12,7 @@ Launch as any Lightning DDP job, e.g. on one machine
 ``Trainer(accelerator="cpu", devices=2, strategy=ChainParallel())``; on several nodes
 ``Trainer(accelerator="gpu", devices=8, num_nodes=4, strategy=ChainParallel())`` started
 by ``torchrun`` or SLURM's ``srun`` on every node (Lightning reads the cluster
-environment). Importing this module registers the name ``"chain_parallel"``, so the CLI
+environment). Importing ``lit_bayes`` registers the name ``"chain_parallel"``, so the CLI
 takes ``--trainer.strategy chain_parallel --trainer.devices 8 --trainer.num_nodes 4``.
 """
 from __future__ import annotations
@@ -31,10 +31,13 @@ def release_process_group() -> None:
 
     A gloo group left to interpreter shutdown can abort a finished run's process ("terminate
     called without an active exception", exit code -6); Lightning releases the group at exit
-    for NCCL only. :class:`ChainParallel` registers this at exit, ``lit-bayes`` calls it when
-    a run ends, and a script using Lightning's own ``"ddp"`` strategy can call it last."""
+    for NCCL only. Importing ``lit_bayes`` registers this at exit, for ``ChainParallel`` and
+    Lightning's own ``"ddp"`` alike."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+atexit.register(release_process_group)
 
 
 def keep_local_gradients(state, bucket):  # no annotations: DDP checks them against the real class
@@ -53,11 +56,6 @@ class ChainParallel(DDPStrategy):
         kwargs.setdefault("init_sync", False)
         kwargs.setdefault("broadcast_buffers", False)
         super().__init__(**kwargs)
-
-    def setup_environment(self) -> None:
-        super().setup_environment()
-        atexit.unregister(release_process_group)  # once, however many stages set the environment up
-        atexit.register(release_process_group)
 
     def _register_ddp_hooks(self) -> None:
         self.model.register_comm_hook(state=None, hook=keep_local_gradients)

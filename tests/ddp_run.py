@@ -21,7 +21,7 @@ from lit_bayes.callbacks import ChainDiagnostics, PosteriorSamples, PredictiveMa
 from lit_bayes.data import LinearRegression
 from lit_bayes.models import PartialMLP
 from lit_bayes.predictive import posterior_samples
-from lit_bayes.strategy import ChainParallel, release_process_group
+from lit_bayes.strategy import ChainParallel
 
 
 class RecordSampling(L.Callback):
@@ -85,7 +85,6 @@ def main(root: str, kind: str) -> None:
         L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=4, logger=False, enable_checkpointing=False,
                   enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                   callbacks=[RecordReplicas()], default_root_dir=root).fit(sampler, datamodule=data)
-        release_process_group()  # Lightning's "ddp" leaves a gloo group to interpreter exit
         return
     strategy = ChainParallel(process_group_backend="gloo")
     common = dict(accelerator="cpu", devices=2, strategy=strategy, logger=False, enable_checkpointing=False,

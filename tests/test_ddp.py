@@ -1,5 +1,4 @@
 """Two CPU processes (gloo) with ChainParallel: independent chains, gathered samples and metrics."""
-import atexit
 import json
 import shutil
 import subprocess
@@ -7,12 +6,10 @@ import sys
 import warnings
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
-import torch.distributed as dist
 
-from lit_bayes.strategy import ChainParallel, release_process_group
+from lit_bayes.strategy import release_process_group
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,22 +90,18 @@ def test_cli_run_with_two_processes_writes_one_summary(tmp_path):
     assert {"test/accuracy", "test/nlpd", "diag/rhat_max"} <= set(metrics)
 
 
-def test_chain_parallel_releases_its_process_group_at_exit(monkeypatch):
+def test_importing_lit_bayes_releases_the_process_group_at_exit(tmp_path):
     """A gloo group left to interpreter shutdown can abort a finished run (exit -6, seen in a CI-style run):
-    ChainParallel registers ``release_process_group`` at exit, once however often it is set up."""
-    for name in ("MASTER_ADDR", "MASTER_PORT"):  # set by Lightning's setup; later launches must pick their own
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
-    registered = []
-    monkeypatch.setattr(atexit, "register", registered.append)
-    monkeypatch.setattr(atexit, "unregister", lambda f: registered.remove(f) if f in registered else None)
-    trainer = L.Trainer(accelerator="cpu", devices=1, strategy=ChainParallel(process_group_backend="gloo"),
-                        logger=False, enable_progress_bar=False)
-    try:
-        trainer.strategy.setup_environment()
-        trainer.strategy.setup_environment()
-        assert registered == [release_process_group] and dist.is_initialized()
-    finally:
-        release_process_group()
-    assert not dist.is_initialized()
+    importing lit_bayes registers ``release_process_group`` at exit. The probe is registered first, so it
+    runs after lit_bayes's handler (atexit is last in, first out)."""
+    code = (
+        "import atexit, torch.distributed as dist\n"
+        "atexit.register(lambda: print('initialized at exit:', dist.is_initialized()))\n"
+        "import lit_bayes\n"
+        f"dist.init_process_group('gloo', init_method='file://{tmp_path / 'store'}', rank=0, world_size=1)\n"
+        "print('initialized:', dist.is_initialized())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["initialized: True", "initialized at exit: False"], done.stdout
     release_process_group()  # without a group: nothing to do
