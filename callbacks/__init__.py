@@ -1,9 +1,12 @@
 """Lightning callbacks of lit_bayes (installed as ``lit_bayes.callbacks``)."""
 from lit_bayes.callbacks.acceptance_monitor import AcceptanceMonitor
 from lit_bayes.callbacks.chain_diagnostics import ChainDiagnostics
+from lit_bayes.callbacks.map_baseline import MAPBaseline
 from lit_bayes.callbacks.plots import DiagnosticPlots
 from lit_bayes.callbacks.posterior_samples import PosteriorSamples
 from lit_bayes.callbacks.predictive_marginal import PredictiveMarginal
+from lit_bayes.callbacks.run_checkpoint import RunCheckpoint
+from lit_bayes.callbacks.run_health import RunHealth
 from lit_bayes.callbacks.run_summary import RunSummary
 from lit_bayes.callbacks.sample_store import read_disk_store
 from lit_bayes.callbacks.thermalization import ThermalizationCheck
@@ -13,8 +16,11 @@ __all__ = [
     "AcceptanceMonitor",
     "ChainDiagnostics",
     "DiagnosticPlots",
+    "MAPBaseline",
     "PosteriorSamples",
     "PredictiveMarginal",
+    "RunCheckpoint",
+    "RunHealth",
     "RunSummary",
     "ThermalizationCheck",
     "UncertaintyMetrics",

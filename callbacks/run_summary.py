@@ -22,7 +22,8 @@ class RunSummary(Callback):
     "wall_time_s", "metrics": {...}}`` to ``<log_dir>/summary.json`` (merged with what an
     earlier stage of the same run wrote). Metrics are every value in
     ``trainer.callback_metrics`` plus what callbacks add through ``summary_metrics()``, and
-    ``best/<monitor>``, the best value a monitoring checkpoint callback has seen."""
+    ``best/<monitor>``, the best value a monitoring checkpoint callback has seen. Callbacks with a
+    ``summary_section(trainer, pl_module)`` add top-level blocks (:class:`RunHealth`: ``health``)."""
 
     def __init__(self, directory: str | None = None) -> None:
         self.directory = directory
@@ -47,6 +48,8 @@ class RunSummary(Callback):
         summary = json.loads(self.path.read_text()) if self.path.exists() else {"metrics": {}}
         metrics = {k: _number(v) for k, v in trainer.callback_metrics.items() if getattr(v, "numel", lambda: 1)() == 1}
         for callback in trainer.callbacks:
+            if hasattr(callback, "summary_section"):  # whole blocks, e.g. RunHealth's "health"
+                summary.update(callback.summary_section(trainer, pl_module))
             if hasattr(callback, "summary_metrics"):
                 metrics.update({k: _number(v) for k, v in callback.summary_metrics().items()})
             if getattr(callback, "monitor", None) and getattr(callback, "best_model_score", None) is not None:

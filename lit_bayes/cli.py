@@ -3,40 +3,52 @@
     lit-bayes fit -c recipes/xor_sgld.yaml          # sample, then test; writes summary.json
     lit-bayes fit -c recipes/xor_sgld.yaml --wandb false
     lit-bayes test -c recipes/xor_sgld.yaml --ckpt_path runs/.../last.ckpt
+    lit-bayes predict -c runs/.../version_0/config.yaml   # writes version_0/predictions.safetensors
 
 Every run logs to a CSV logger (its directory ``<default_root_dir>/version_<n>`` holds
 ``summary.json``, plots and samples) and, unless ``--wandb false``, to Weights & Biases:
 offline when no W&B account is logged in (``wandb sync`` uploads the run later), online
 when one is. The sample-keeping, predictive, metric, diagnostics, plot and summary
-callbacks are always on, and so is a ``ModelCheckpoint`` writing ``last.ckpt`` at every
-epoch end (resume with ``--ckpt_path``); their settings are the config sections
-``samples``, ``predictive``, ``metrics``, ``diagnostics``, ``plots``, ``summary`` and
-``checkpoint``.
+callbacks are always on, and so are ``RunHealth`` (the run's verdict, printed and written to
+``summary.json``; ``--strict true`` exits with code 3 when it is ``failed``) and a
+``RunCheckpoint`` writing ``last.ckpt`` at epoch ends at most every 1,000 steps or 10 minutes
+and at the end of fit (resume with ``--ckpt_path``); their settings are
+the config sections ``samples``, ``predictive``, ``metrics``, ``diagnostics``, ``health``,
+``plots``, ``summary`` and ``checkpoint``.
 """
 from __future__ import annotations
 
 import json
+import logging
 import netrc
 import os
+import sys
+import warnings
+from argparse import ArgumentError
 from pathlib import Path
 from typing import Callable, Literal, Optional, Sequence
 
 import torch
 from jsonargparse.typing import PositiveInt
 from lightning.pytorch import LightningDataModule
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
+import lit_bayes
 from lit_bayes.callbacks import (
     ChainDiagnostics,
     DiagnosticPlots,
     PosteriorSamples,
     PredictiveMarginal,
+    RunCheckpoint,
+    RunHealth,
     RunSummary,
     UncertaintyMetrics,
 )
 from lit_bayes.samplers import SamplerModule
+from lit_bayes.run_loading import KeptDraws, concat_predictives, read_kept_draws, run_directory, save_predictions
 from lit_bayes.strategy import ChainParallel  # registers the "chain_parallel" strategy name
 
 __all__ = ["ChainParallel", "LitBayesCLI", "fit_and_test", "last_checkpoint", "main", "run_summary", "wandb_logged_in"]
@@ -60,6 +72,8 @@ class LitBayesCLI(LightningCLI):
         parser.add_argument("--wandb", type=bool, default=True, help="log to W&B (offline unless logged in)")
         parser.add_argument("--wandb_project", type=str, default="lit-bayes", help="W&B project name")
         parser.add_argument("--test_after_fit", type=bool, default=True, help="run the test set after fit")
+        parser.add_argument("--strict", type=bool, default=False,
+                            help="exit with code 3 when the run's health verdict is 'failed' (after writing everything)")
         parser.add_argument(
             "--test_ckpt", type=Literal["current", "best"], default="current",
             help="test after fit with the state at the end of fit, or with the checkpoint callback's best "
@@ -75,8 +89,9 @@ class LitBayesCLI(LightningCLI):
         parser.add_lightning_class_args(UncertaintyMetrics, "metrics")
         parser.add_lightning_class_args(ChainDiagnostics, "diagnostics")
         parser.add_lightning_class_args(DiagnosticPlots, "plots")
+        parser.add_lightning_class_args(RunHealth, "health")
         parser.add_lightning_class_args(RunSummary, "summary")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
         parser.set_defaults({"checkpoint.save_last": True, "checkpoint.save_on_train_epoch_end": True})
 
     def before_instantiate_classes(self) -> None:
@@ -86,22 +101,43 @@ class LitBayesCLI(LightningCLI):
             torch.set_num_threads(config.threads)
         if config is not None and "weights_only" in config and config.weights_only is None:
             config.weights_only = True
+        if self.subcommand == "predict":
+            self.prepare_predict(config)
+
+    def prepare_predict(self, config) -> None:
+        """``lit-bayes predict`` reads a finished run: the checkpoint defaults to ``checkpoints/last.ckpt``
+        beside the ``-c`` config (so ``lit-bayes predict -c <run_dir>/config.yaml`` works); no new log
+        directory or config file is made, and the checkpoint callback (which saves nothing in predict)
+        keeps the run's folder."""
+        if config.ckpt_path is None:
+            given = [Path(str(c)).parent / "checkpoints" / "last.ckpt" for c in (config.get("config") or [])[-1:]]
+            if not given or not given[0].exists():
+                raise ValueError(
+                    "lit-bayes predict needs --ckpt_path (a run's checkpoints/last.ckpt) or -c <run_dir>/config.yaml"
+                )
+            config.ckpt_path = str(given[0])
+        config.trainer.logger = False
+        self.save_config_callback = None
+        if config.checkpoint.dirpath is None:
+            config.checkpoint.dirpath = str(Path(config.ckpt_path).parent)
 
     def instantiate_trainer(self, **kwargs):
         config = self.config[self.subcommand] if self.subcommand else self.config
         if config.trainer.logger in (None, True):
             root = config.trainer.default_root_dir or "runs"
             csv = CSVLogger(root, name="")
+            csv.experiment  # creates the new version directory while it is empty (no "previous log files" warning)
             loggers = [csv]
             if config.wandb:
                 os.makedirs(csv.log_dir, exist_ok=True)
-                loggers.append(
-                    WandbLogger(
-                        project=config.wandb_project,
-                        save_dir=csv.log_dir,
-                        offline=os.environ.get("WANDB_MODE") == "offline" or not wandb_logged_in(),
-                    )
+                wandb_logger = WandbLogger(
+                    project=config.wandb_project,
+                    save_dir=csv.log_dir,
+                    offline=os.environ.get("WANDB_MODE") == "offline" or not wandb_logged_in(),
                 )
+                # Lightning passes anonymous=None, which W&B warns has no effect; leaving it out changes nothing
+                wandb_logger._wandb_init.pop("anonymous", None)
+                loggers.append(wandb_logger)
             kwargs["logger"] = loggers
         return super().instantiate_trainer(**kwargs)
 
@@ -116,6 +152,9 @@ class LitBayesCLI(LightningCLI):
             ckpt_path = "best" if self.config.fit.test_ckpt == "best" else None
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt_path)
         self.finish_wandb()
+        health = next(c for c in self.trainer.callbacks if isinstance(c, RunHealth)).health
+        if self.config.fit.strict and health is not None and health.verdict == "failed":
+            raise SystemExit(3)
 
     def after_validate(self) -> None:
         self.finish_wandb()
@@ -123,21 +162,90 @@ class LitBayesCLI(LightningCLI):
     def after_test(self) -> None:
         self.finish_wandb()
 
+    def before_predict(self) -> None:
+        """Predict over the draws the run kept, read back from its checkpoint or disk store
+        (:class:`KeptDraws`) in place of this command's empty ``PosteriorSamples``."""
+        ckpt_path = self.config.predict.ckpt_path
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        kept = read_kept_draws(checkpoint, run_directory(ckpt_path), self.config.predict.get("samples"))
+        self.trainer.callbacks[:] = [c for c in self.trainer.callbacks if not isinstance(c, PosteriorSamples)]
+        if kept is not None:
+            self.trainer.callbacks.append(KeptDraws(*kept))
+
     def after_predict(self) -> None:
+        """Write the predictions to ``<run_dir>/predictions.safetensors`` and say where."""
+        batches = self.trainer.predict_loop.predictions
+        if batches and self.trainer.is_global_zero:
+            ckpt_path = self.config.predict.ckpt_path
+            path = run_directory(ckpt_path) / "predictions.safetensors"
+            predictive = concat_predictives(batches)
+            save_predictions(path, predictive, {"checkpoint": str(Path(ckpt_path).resolve()),
+                                                "sampler": type(self.model).__name__})
+            points = next(v.shape[0] for v in (predictive.log_probs, predictive.mean) if v is not None)
+            print(f"lit-bayes predict: predictions of {points} points written to {path}")
         self.finish_wandb()
 
 
+def quiet_known_noise() -> None:
+    """Drop the known-harmless messages of the dependencies from ``lit-bayes`` runs (set by the command,
+    not at import, so library users keep them): Lightning's tip to install its cloud logger, its
+    DataLoader-worker advice (the data sets are in-memory tensors), its zero-length-loader note (an empty
+    validation split is allowed) and the deprecation that its own pytree helper triggers in torch."""
+    for message, category, module in (
+        (r"The '\w+' does not have many workers", PossibleUserWarning, r"lightning\.pytorch\."),
+        (r"Total length of `\w+` across ranks is zero", UserWarning, r"lightning\.pytorch\.utilities\.data"),
+        (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning, r"lightning\.pytorch\.utilities\._pytree"),
+    ):
+        warnings.filterwarnings("ignore", message, category, module)
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_not_litlogger_tip)
+
+
+def _not_litlogger_tip(record: logging.LogRecord) -> bool:
+    """A logging filter passing every record but Lightning's tip to install ``litlogger``."""
+    return "litlogger" not in str(record.msg)
+
+
+def library_error(error: BaseException) -> BaseException | None:
+    """The library's own report behind ``error``: the outermost ``ValueError`` or ``FloatingPointError``
+    in its chain of causes that lit_bayes code raised (bad arguments or data), or ``None`` (a bug)."""
+    roots = tuple(str(Path(module.__file__).parent) + os.sep for module in (lit_bayes, lit_bayes.callbacks))
+    while error is not None:
+        frame = error.__traceback__
+        while frame is not None and frame.tb_next is not None:
+            frame = frame.tb_next
+        if (isinstance(error, (ValueError, FloatingPointError)) and frame is not None
+                and frame.tb_frame.f_code.co_filename.startswith(roots)):
+            return error
+        error = error.__cause__
+    return None
+
+
 def main(args: list[str] | None = None) -> None:
-    """Entry point of the ``lit-bayes`` console script."""
-    LitBayesCLI(
-        SamplerModule,
-        LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        save_config_kwargs={"overwrite": True},
-        args=args,
-        auto_configure_optimizers=False,
-    )
+    """Entry point of the ``lit-bayes`` console script. A bad argument or data set (a ``ValueError`` or
+    ``FloatingPointError`` of the library, a command line the parser rejects, Trainer settings Lightning
+    rejects) is reported as ``lit-bayes: error: <message>`` with exit code 2 and no traceback or usage
+    text (``LIT_BAYES_TRACEBACK=1`` shows the traceback); any other exception keeps its traceback."""
+    quiet_known_noise()
+    try:
+        LitBayesCLI(
+            SamplerModule,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            save_config_kwargs={"overwrite": True},
+            args=args,
+            auto_configure_optimizers=False,
+            parser_kwargs={"exit_on_error": False},  # parse errors raise: reported below, without the usage text
+        )
+    except (ArgumentError, MisconfigurationException, ValueError, FloatingPointError) as error:
+        user_error = isinstance(error, (ArgumentError, MisconfigurationException))
+        reported = library_error(error) or (error if user_error else None)
+        if reported is None or os.environ.get("LIT_BAYES_TRACEBACK", "0") not in ("", "0"):
+            raise
+        hint = "`lit-bayes fit --help` lists the options" if isinstance(reported, ArgumentError) else \
+            "LIT_BAYES_TRACEBACK=1 shows the traceback"
+        sys.stderr.write(f"lit-bayes: error: {reported}\n({hint})\n")
+        raise SystemExit(2) from None
 
 
 def fit_and_test(config: str | os.PathLike, overrides: Sequence[str] = (), train_transform: Callable | None = None,

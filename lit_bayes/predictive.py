@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lit_bayes import logspace
@@ -53,17 +54,44 @@ def uniform_log_weights(num_samples: int, device=None) -> Tensor:
 
 
 def posterior_samples(trainer, pl_module) -> tuple[dict[str, Tensor], Tensor]:
-    """The samples to marginalise over: those a sample-keeping callback holds (the first
-    callback with a ``samples(pl_module)`` method that returns some), else, or when the
-    sampler's ``predict_with_current_state`` is set, its current states
-    (``pl_module.current_samples()``). With several processes, every
-    process gets the samples of all of them (collective call), equally weighted by process."""
-    kept = None
+    """The samples to marginalise over and their normalised log-weights.
+
+    - A sampler that predicts with its current state (``predict_with_current_state``: the
+      Feynman-Kac particles with their weights) or keeps no draws by design (``keeps_draws``
+      False: MAP, a deep ensemble): ``pl_module.current_samples()``.
+    - Otherwise the draws of the first callback with a ``samples(pl_module)`` method that
+      returns some (:class:`PosteriorSamples`, or the draws ``lit-bayes predict`` reads back
+      from a run).
+    - No draw kept: during validation and test, the chains' current states (a run still in
+      its burn-in, or one whose burn-in outlasted it, which its health verdict reports; with
+      no sample-keeping callback at all, a warning says so). In predict, or without a
+      trainer, a ``ValueError``: a posterior predictive is never silently the last states.
+
+    With several processes, every process gets the samples of all of them (collective
+    call), equally weighted by process."""
+    keeps_draws = getattr(pl_module, "keeps_draws", True) and not pl_module.predict_with_current_state
     callbacks = getattr(trainer, "callbacks", []) if trainer is not None else []
-    for callback in [] if pl_module.predict_with_current_state else callbacks:
-        kept = callback.samples(pl_module) if hasattr(callback, "samples") else None
-        if kept is not None:
-            break
+    stores = [c for c in callbacks if hasattr(c, "samples")] if keeps_draws else []
+    kept = next((draws for draws in (c.samples(pl_module) for c in stores) if draws is not None), None)
+    if kept is None and keeps_draws:
+        if trainer is None or getattr(trainer, "predicting", False):
+            raise ValueError(
+                f"no kept posterior draws to predict with: {type(pl_module).__name__} keeps its post-burn-in states "
+                "in a sample-keeping callback and none holds any (predicting with the chains' current states would "
+                "not be the posterior predictive). Fit with lit_bayes.callbacks.PosteriorSamples and a burn-in "
+                "below the run's steps, or reload a finished run with its draws: lit_bayes.load_run(run_dir), "
+                "or `lit-bayes predict -c <run_dir>/config.yaml`."
+            )
+        if not stores:
+            rank_zero_warn(
+                f"no sample-keeping callback (lit_bayes.callbacks.PosteriorSamples): {type(pl_module).__name__} is "
+                "evaluated at the chains' current states, not over posterior draws"
+            )
+        elif getattr(trainer, "testing", False):
+            rank_zero_warn(
+                "no posterior draw was kept (the burn-in outlasted the run?): the test metrics are those of the "
+                "chains' current states, not of the posterior predictive; see the run's health verdict"
+            )
     samples, log_weights = kept if kept is not None else pl_module.current_samples()
     world = trainer.world_size if trainer is not None else 1
     if world == 1:

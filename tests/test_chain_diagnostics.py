@@ -10,9 +10,10 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
-from lit_bayes import SGMCMC, Gaussian, GaussianPrior
+from lit_bayes import SGMCMC, Bernoulli, Gaussian, GaussianPrior
 from lit_bayes.callbacks import ChainDiagnostics, RunSummary
-from lit_bayes.data import LinearRegression
+from lit_bayes.data import LinearRegression, TwoMoons
+from lit_bayes.models import MLP
 
 PROJECTIONS = 2
 
@@ -47,7 +48,8 @@ def test_mixed_chains_have_rhat_near_one_and_reach_logger_and_summary(tmp_path):
     fit.fit(sampler(), datamodule=data())
 
     traces = diagnostics.traces()
-    assert set(traces) == {"energy", "projection_0", "projection_1"}
+    function_space = {"heldout_lpd", "point_lpd_0", "point_lpd_1", "point_lpd_2", "point_lpd_3"}
+    assert set(traces) == {"energy", "projection_0", "projection_1"} | function_space
     assert all(trace.shape == (4, 400) for trace in traces.values())
     metrics = diagnostics.summary_metrics()
     assert metrics["diag/rhat_max"] < 1.05
@@ -129,3 +131,41 @@ def test_too_short_traces_report_nothing_until_four_draws():
 def test_bad_arguments_are_named(options, name):
     with pytest.raises(ValueError, match=name):
         ChainDiagnostics(**options)
+
+
+def test_function_space_traces_are_each_chains_held_out_log_density(tmp_path):
+    """heldout_lpd is the mean of log p(y_i | x_i, theta_c) over the first validation points,
+    point_lpd_j that of fixed single points; their R-hat is summarised as diag/fs_rhat_max."""
+    diagnostics = ChainDiagnostics(num_projections=1, heldout_size=20, num_fixed_inputs=3)
+    model = sampler()
+    trainer(tmp_path, 120, [diagnostics]).fit(model, datamodule=data())
+
+    traces = diagnostics.traces()
+    assert traces["heldout_lpd"].shape == (4, 70) and "point_lpd_2" in traces and "point_lpd_3" not in traces
+    x, y = data().load()["val"]
+    with torch.no_grad():
+        params = model.chains.as_dict()
+        log_lik = model.log_likelihood(params, model.outputs(params, x[:20]), y[:20])
+    torch.testing.assert_close(traces["heldout_lpd"][:, -1], log_lik.mean(-1).double())
+    torch.testing.assert_close(traces["point_lpd_1"][:, -1], log_lik[:, 10].double())  # points 0, 10, 19
+    metrics = diagnostics.summary_metrics()
+    fs = [metrics[f"diag/rhat/{n}"] for n in ("heldout_lpd", "point_lpd_0", "point_lpd_1", "point_lpd_2")]
+    assert metrics["diag/fs_rhat_max"] == max(fs)
+    assert metrics["diag/fs_ess_bulk_min"] <= metrics["diag/ess_bulk/heldout_lpd"]
+
+
+def test_without_a_validation_split_the_held_out_batch_is_a_fixed_training_slice(tmp_path):
+    diagnostics = ChainDiagnostics(num_projections=1, heldout_size=8, num_fixed_inputs=0)
+    model = SGMCMC(MLP([2, 4, 1]), Bernoulli(), stepper="sgld", step_size=1e-3, num_chains=4, burn_in=10)
+    no_val = TwoMoons(num_train=64, num_val=0, num_test=16, batch_size=16)
+    trainer(tmp_path, 60, [diagnostics]).fit(model, datamodule=no_val)
+    x, y = no_val.train_data.tensors
+    with torch.no_grad():
+        params = model.chains.as_dict()
+        expected = model.log_likelihood(params, model.outputs(params, x[:8]), y[:8]).mean(-1)
+    torch.testing.assert_close(diagnostics.traces()["heldout_lpd"][:, -1], expected.double())
+
+
+def test_num_fixed_inputs_above_heldout_size_is_refused():
+    with pytest.raises(ValueError, match="num_fixed_inputs"):
+        ChainDiagnostics(heldout_size=2, num_fixed_inputs=3)

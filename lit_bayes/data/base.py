@@ -9,6 +9,13 @@ Training batches are reshuffled every epoch with an order that depends only on `
 (:class:`EpochBatchSampler`), and the DataModule's checkpointed state records how many batches
 of the current epoch were done, so a run resumed from any checkpoint, also one written in the
 middle of an epoch, sees exactly the batches an uninterrupted run would have seen.
+
+When the batch size does not divide the training set, each epoch ends with a smaller batch.
+Under ``minibatch_scaling="sum"`` (the energy is the batch's raw log-likelihood sum, as in the
+FNBG paper) a smaller batch is a different target, so by default (``drop_last=None``) that batch
+is dropped when the module being fit sums its batches, and kept otherwise (under the default
+``"rescaled"`` each batch is scaled by N/|B| and every batch estimates the same energy);
+``drop_last=True`` / ``False`` decides it for any module.
 """
 from __future__ import annotations
 
@@ -57,7 +64,8 @@ class EpochBatchSampler(DistributedSampler):
     ``DistributedSampler`` does); being a ``DistributedSampler``, Lightning leaves it in place.
     ``resume_at = (epoch, batches)`` skips the first ``batches`` batches of that epoch (a run
     resumed from a mid-epoch checkpoint). Each item is a list of indices, which a
-    ``TensorDataset`` turns into a batch with one indexing operation.
+    ``TensorDataset`` turns into a batch with one indexing operation. With ``drop_last`` the
+    shard's last batch is left out when it is smaller than the others.
     """
 
     def __init__(
@@ -69,6 +77,7 @@ class EpochBatchSampler(DistributedSampler):
         num_replicas: int = 1,
         rank: int = 0,
         resume_at: tuple[int, int] | None = None,
+        drop_last: bool = False,
     ) -> None:
         # DistributedSampler.__init__ is not called: it needs a dataset and a process group,
         # this sampler is told its shard
@@ -80,6 +89,7 @@ class EpochBatchSampler(DistributedSampler):
         if self.rank >= self.num_replicas:
             raise ValueError(f"rank must be smaller than num_replicas={num_replicas}, got {rank}")
         self.resume_at = resume_at
+        self.drop_last = bool(drop_last)
         self.set_epoch(epoch)
 
     def set_epoch(self, epoch: int) -> None:
@@ -104,13 +114,17 @@ class EpochBatchSampler(DistributedSampler):
         # a generator: the order is drawn at the first batch, after Lightning's set_epoch (which
         # comes after the loader's iterator was made when a run is resumed)
         shard = self.shard()
+        shard = shard[: len(self) * self.batch_size]  # without the dropped last batch, if any
         if self.resume_at is not None and self.resume_at[0] == self.epoch:
             shard = shard[self.resume_at[1] * self.batch_size :]
         for batch in shard.split(self.batch_size):
             yield batch.tolist()
 
     def __len__(self) -> int:
-        return math.ceil(math.ceil(self.size / self.num_replicas) / self.batch_size)
+        shard = math.ceil(self.size / self.num_replicas)
+        if self.drop_last and shard > self.batch_size:
+            return shard // self.batch_size
+        return math.ceil(shard / self.batch_size)
 
 
 class BayesDataModule(L.LightningDataModule):
@@ -129,6 +143,9 @@ class BayesDataModule(L.LightningDataModule):
         eval_batch_size: batch size of the val/test/predict loaders; ``None`` means one batch.
         seed: non-negative integer seeding data generation, splits and the per-epoch shuffle.
         num_workers: DataLoader worker processes (0 loads in the main process).
+        drop_last: leave out each epoch's last training batch when it is smaller than the others;
+            ``None`` (default): only when the module being fit uses ``minibatch_scaling="sum"``,
+            where a smaller batch would be a different target (module docstring).
 
     Attributes:
         num_train: number of training points (available after :meth:`setup`).
@@ -146,6 +163,7 @@ class BayesDataModule(L.LightningDataModule):
         eval_batch_size: int | None,
         seed: int,
         num_workers: int = 0,
+        drop_last: bool | None = None,
     ) -> None:
         super().__init__()
         check_choice("task", task, ("classification", "regression"))
@@ -160,6 +178,9 @@ class BayesDataModule(L.LightningDataModule):
         self.eval_batch_size = check_batch_size("eval_batch_size", eval_batch_size)
         self.seed = check_int("seed", seed, 0)
         self.num_workers = check_int("num_workers", num_workers, 0)
+        if drop_last not in (None, True, False):
+            raise ValueError(f"drop_last must be True, False or None (drop under sum scaling), got {drop_last!r}")
+        self.drop_last = drop_last
         self._resume_point: tuple[int, int] | None = None  # (epoch, batches done) from a checkpoint
         self.train_data: TensorDataset | None = None
         self.val_data: TensorDataset | None = None
@@ -225,8 +246,17 @@ class BayesDataModule(L.LightningDataModule):
         size = len(data) if self.batch_size is None else min(self.batch_size, len(data))
         if replicas == 1 and size == len(data):
             return DataLoader([data.tensors], batch_size=None, num_workers=self.num_workers)
-        sampler = EpochBatchSampler(len(data), self.seed, max(size, 1), epoch, replicas, rank, self._resume_point)
+        sampler = EpochBatchSampler(len(data), self.seed, max(size, 1), epoch, replicas, rank, self._resume_point,
+                                    self.drops_last_batch())
         return DataLoader(data, sampler=sampler, batch_size=None, num_workers=self.num_workers)
+
+    def drops_last_batch(self) -> bool:
+        """Whether the training loader leaves out a smaller last batch: ``drop_last`` when set,
+        else whether the module being fit sums its batches (``minibatch_scaling="sum"``)."""
+        if self.drop_last is not None:
+            return self.drop_last
+        module = getattr(self.trainer, "lightning_module", None)
+        return getattr(getattr(module, "posterior", None), "minibatch_scaling", None) == "sum"
 
     def state_dict(self) -> dict[str, int]:
         """The epoch and the training batches of it done so far (saved in Lightning checkpoints)."""

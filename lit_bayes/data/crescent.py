@@ -35,6 +35,8 @@ class CrescentData(_SampledSplits):
         eval_batch_size: val/test batch size; ``None`` = one batch.
         seed: seed of the data generator and of the shuffle.
         num_workers: DataLoader workers.
+        drop_last: drop a smaller last training batch (default: under sum scaling only; see
+            :class:`~lit_bayes.data.base.BayesDataModule`).
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class CrescentData(_SampledSplits):
         eval_batch_size: int | None = None,
         seed: int = 0,
         num_workers: int = 0,
+        drop_last: bool | None = None,
     ) -> None:
         super().__init__(
             task="regression",
@@ -58,6 +61,7 @@ class CrescentData(_SampledSplits):
             eval_batch_size=eval_batch_size,
             seed=seed,
             num_workers=num_workers,
+            drop_last=drop_last,
         )
         self.sizes = _check_sizes(num_train, num_val, num_test)
         self.psi = check_psi(psi)

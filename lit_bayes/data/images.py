@@ -96,6 +96,8 @@ class TorchvisionImages(BayesDataModule):
         seed: seed of the val split, the transforms and the shuffle.
         train_transform, test_transform: optional per-image callables, see above.
         num_workers: DataLoader workers.
+        drop_last: drop a smaller last training batch (default: under sum scaling only; see
+            :class:`~lit_bayes.data.base.BayesDataModule`).
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class TorchvisionImages(BayesDataModule):
         train_transform: Callable[[Tensor], Tensor] | None = None,
         test_transform: Callable[[Tensor], Tensor] | None = None,
         num_workers: int = 0,
+        drop_last: bool | None = None,
     ) -> None:
         check_choice("name", name, tuple(DATASETS))
         check_choice("standardize", standardize, ("per_channel", "global", "none"))
@@ -138,6 +141,7 @@ class TorchvisionImages(BayesDataModule):
             eval_batch_size=eval_batch_size,
             seed=seed,
             num_workers=num_workers,
+            drop_last=drop_last,
         )
         self.name = name
         self.root = Path(root)

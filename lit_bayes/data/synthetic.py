@@ -54,6 +54,8 @@ class NoisyXOR(_SampledSplits):
         eval_batch_size: val/test batch size; ``None`` = one batch.
         seed: seed of the data generator and of the shuffle.
         num_workers: DataLoader workers.
+        drop_last: drop a smaller last training batch (default: under sum scaling only; see
+            :class:`~lit_bayes.data.base.BayesDataModule`).
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class NoisyXOR(_SampledSplits):
         eval_batch_size: int | None = None,
         seed: int = 0,
         num_workers: int = 0,
+        drop_last: bool | None = None,
     ) -> None:
         super().__init__(
             task="classification",
@@ -75,6 +78,7 @@ class NoisyXOR(_SampledSplits):
             eval_batch_size=eval_batch_size,
             seed=seed,
             num_workers=num_workers,
+            drop_last=drop_last,
         )
         self.sizes = _check_sizes(num_train, num_val, num_test)
         for name, size in zip(("num_train", "num_val", "num_test"), self.sizes):
@@ -105,6 +109,8 @@ class TwoMoons(_SampledSplits):
         eval_batch_size: val/test batch size; ``None`` = one batch.
         seed: seed of the data generator and of the shuffle.
         num_workers: DataLoader workers.
+        drop_last: drop a smaller last training batch (default: under sum scaling only; see
+            :class:`~lit_bayes.data.base.BayesDataModule`).
     """
 
     def __init__(
@@ -117,6 +123,7 @@ class TwoMoons(_SampledSplits):
         eval_batch_size: int | None = None,
         seed: int = 0,
         num_workers: int = 0,
+        drop_last: bool | None = None,
     ) -> None:
         super().__init__(
             task="classification",
@@ -126,6 +133,7 @@ class TwoMoons(_SampledSplits):
             eval_batch_size=eval_batch_size,
             seed=seed,
             num_workers=num_workers,
+            drop_last=drop_last,
         )
         self.sizes = _check_sizes(num_train, num_val, num_test)
         self.noise = check_float("noise", noise, minimum=0.0)
@@ -156,6 +164,8 @@ class SyntheticRegression(_SampledSplits):
         eval_batch_size: val/test batch size; ``None`` = one batch.
         seed: seed of the data generator and of the shuffle.
         num_workers: DataLoader workers.
+        drop_last: drop a smaller last training batch (default: under sum scaling only; see
+            :class:`~lit_bayes.data.base.BayesDataModule`).
     """
 
     def __init__(
@@ -170,6 +180,7 @@ class SyntheticRegression(_SampledSplits):
         eval_batch_size: int | None = None,
         seed: int = 0,
         num_workers: int = 0,
+        drop_last: bool | None = None,
     ) -> None:
         super().__init__(
             task="regression",
@@ -179,6 +190,7 @@ class SyntheticRegression(_SampledSplits):
             eval_batch_size=eval_batch_size,
             seed=seed,
             num_workers=num_workers,
+            drop_last=drop_last,
         )
         self.sizes = _check_sizes(num_train, num_val, num_test)
         self.noise_std = check_float("noise_std", noise_std, minimum=0.0)
@@ -219,6 +231,8 @@ class LinearRegression(_SampledSplits):
         eval_batch_size: val/test batch size; ``None`` = one batch.
         seed: seed of the data generator and of the shuffle.
         num_workers: DataLoader workers.
+        drop_last: drop a smaller last training batch (default: under sum scaling only; see
+            :class:`~lit_bayes.data.base.BayesDataModule`).
 
     Attributes:
         weights (float32 tensor ``(d,)``), bias, noise_std: the generating parameters.
@@ -236,6 +250,7 @@ class LinearRegression(_SampledSplits):
         eval_batch_size: int | None = None,
         seed: int = 0,
         num_workers: int = 0,
+        drop_last: bool | None = None,
     ) -> None:
         if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence) or len(weights) == 0:
             raise ValueError(f"weights must be a non-empty sequence of finite numbers, got {weights!r}")
@@ -248,6 +263,7 @@ class LinearRegression(_SampledSplits):
             eval_batch_size=eval_batch_size,
             seed=seed,
             num_workers=num_workers,
+            drop_last=drop_last,
         )
         self.sizes = _check_sizes(num_train, num_val, num_test, min_val=1)
         self.weights = torch.tensor(weight_values, dtype=torch.float32)

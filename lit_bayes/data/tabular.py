@@ -57,6 +57,8 @@ class TabularCSV(BayesDataModule):
         seed: seed of the random split and of the shuffle.
         delimiter: the one-character field separator.
         num_workers: DataLoader workers.
+        drop_last: drop a smaller last training batch (default: under sum scaling only; see
+            :class:`~lit_bayes.data.base.BayesDataModule`).
 
     Attributes:
         feature_names: the feature columns, in file order.
@@ -78,6 +80,7 @@ class TabularCSV(BayesDataModule):
         seed: int = 0,
         delimiter: str = ",",
         num_workers: int = 0,
+        drop_last: bool | None = None,
     ) -> None:
         check_choice("task", task, ("classification", "regression"))
         if not isinstance(delimiter, str) or len(delimiter) != 1:
@@ -101,6 +104,7 @@ class TabularCSV(BayesDataModule):
             eval_batch_size=eval_batch_size,
             seed=seed,
             num_workers=num_workers,
+            drop_last=drop_last,
         )
         self.path = path
         self.target = target

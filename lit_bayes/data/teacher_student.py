@@ -34,6 +34,8 @@ class TeacherStudent(BayesDataModule):
         eval_batch_size: val/test batch size; ``None`` = one batch.
         seed: seed of the teacher, the inputs and the noise (drawn in that order), and of the shuffle.
         num_workers: DataLoader workers.
+        drop_last: drop a smaller last training batch (default: under sum scaling only; see
+            :class:`~lit_bayes.data.base.BayesDataModule`).
 
     Attributes (after :meth:`setup`):
         teacher: the teacher network (a ``NoisyMLP`` holding W*).
@@ -59,6 +61,7 @@ class TeacherStudent(BayesDataModule):
         eval_batch_size: int | None = None,
         seed: int = 0,
         num_workers: int = 0,
+        drop_last: bool | None = None,
     ) -> None:
         teacher = NoisyMLP(widths, activation, delta_z, delta_x, prior_precision, bias_precision, bias, output)
         super().__init__(
@@ -69,6 +72,7 @@ class TeacherStudent(BayesDataModule):
             eval_batch_size=eval_batch_size,
             seed=seed,
             num_workers=num_workers,
+            drop_last=drop_last,
         )
         self.sizes = (check_int("num_train", num_train, 1), check_int("num_val", num_val, 0),
                       check_int("num_test", num_test, 0))

@@ -46,11 +46,12 @@ class UCICSV(TabularCSV):
         seed: int = 0,
         delimiter: str = ",",
         num_workers: int = 0,
+        drop_last: bool | None = None,
     ) -> None:
         check_choice("stats_from", stats_from, ("all", "train"))
         super().__init__(
             path, target, task, num_classes, splits, split_column, standardize, batch_size, eval_batch_size, seed,
-            delimiter, num_workers,
+            delimiter, num_workers, drop_last,
         )
         self.stats_from = stats_from
 

@@ -9,9 +9,11 @@ stepper) and ``training_step`` (one transition of every chain).
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Literal
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_warn
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -19,16 +21,63 @@ from torch import Tensor, nn
 from lit_bayes.chains import ChainState, stacked_call
 from lit_bayes.posterior import GaussianPrior, Likelihood, Posterior
 from lit_bayes.predictive import Predictive, marginal_predictive, posterior_samples, uniform_log_weights
-from lit_bayes.validation import check_int
+from lit_bayes.validation import check_int, check_interval, check_optional_int
 
 __all__ = ["SamplerModule"]
 
 _GENERATOR_KEY = "lit_bayes_generator_state"
 
 
+def check_burn_in(value: object) -> int | float:
+    """A burn-in is an integer number of steps >= 0 or a fraction of the run in (0, 1)."""
+    if isinstance(value, float):
+        return check_interval("burn_in", value, 0.0, 1.0)
+    return check_int("burn_in", value, 0)
+
+
+def sampling_steps(total_steps: int, burn_in: int | float, thinning: int, num_draws: int | None) -> tuple[int, int]:
+    """``(burn_in, thinning)`` in steps for a run of ``total_steps`` steps: a fractional
+    ``burn_in`` becomes that share of the steps (rounded down); with ``num_draws`` the
+    thinning is the largest interval that fits ``num_draws`` kept states after the burn-in,
+    and the burn-in grows so that the last kept state is the final step."""
+    steps = int(burn_in * total_steps) if isinstance(burn_in, float) else int(burn_in)
+    if num_draws is None:
+        return steps, thinning
+    after = total_steps - steps
+    if after <= num_draws:  # fewer steps than draws: keep every step after the burn-in
+        return steps, 1
+    thinning = after // num_draws
+    return total_steps - (num_draws - 1) * thinning - 1, thinning  # draws at burn_in + 1, ..., total_steps
+
+
 def rank_seed(seed: int, rank: int, stream: int) -> int:
     """A 63-bit seed for (root seed, process rank, stream) so no two processes or uses share one."""
     return int(np.random.SeedSequence([seed, rank, stream]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def _one_training_point(datamodule: Any) -> tuple[Tensor, Tensor | None] | None:
+    """``(x, y)`` of the first training point as a batch of one, from ``datamodule.train_data``;
+    else ``(zeros of input_shape, None)``; ``None`` when the DataModule exposes neither."""
+    data = getattr(datamodule, "train_data", None)
+    if data is not None and len(data) > 0:
+        x, y = data[0][:2]
+        return x.unsqueeze(0), torch.as_tensor(y).reshape(1)
+    shape = getattr(datamodule, "input_shape", None)
+    return None if shape is None else (torch.zeros(1, *shape), None)
+
+
+def _expected_input(model: nn.Module) -> str:
+    """What the first layer of ``model`` takes, for error messages."""
+    for owner in (model, getattr(model, "net", None)):
+        if getattr(owner, "widths", None) is not None:
+            return f"input width widths[0]={owner.widths[0]}"
+        if getattr(owner, "input_shape", None) is not None:
+            return f"input_shape {tuple(owner.input_shape)}"
+    for name, module in model.named_modules():
+        for attr in ("in_features", "in_channels"):
+            if isinstance(getattr(module, attr, None), int):
+                return f"{attr}={getattr(module, attr)} in its first layer {name}"
+    return "another input shape"
 
 
 class SamplerModule(L.LightningModule):
@@ -39,6 +88,9 @@ class SamplerModule(L.LightningModule):
     the deterministic parameters they were drawn under (Feynman-Kac samplers).
     ``independent_chains`` (class attribute): whether the chains are independent Markov
     chains, so that R-hat and ESS across them mean something (not for resampled particles).
+    ``keeps_draws`` (class attribute): whether the states after burn-in are posterior draws
+    that a sample-keeping callback collects and predictions average over (False for MAP,
+    whose predictions use the current parameters).
 
     Args:
         model: any ``nn.Module`` mapping inputs to likelihood outputs (logits, means).
@@ -48,8 +100,13 @@ class SamplerModule(L.LightningModule):
         temperature: T of the tempered posterior exp(-U/T); 1 is the Bayesian posterior.
         minibatch_scaling: ``"rescaled"`` (N/B times the batch sum) or ``"sum"``.
         num_chains: chains advanced together in one batched call.
-        burn_in: steps before the first kept sample.
+        burn_in: steps before the first kept sample: an integer number of steps, or a fraction
+            in (0, 1) of the steps this fit will run (0.5: the first half), which follows
+            ``max_epochs`` / ``max_steps`` overrides and the batches per process under DDP.
         thinning: keep one state every ``thinning`` steps after burn-in.
+        num_draws: instead of ``thinning``: keep this many evenly spaced states per chain,
+            the last one at the final step (thinning and burn-in are set from the run's length
+            when fit starts; fewer when fewer steps follow the burn-in).
         seed: root seed of the sampler's generators (combined with the process rank).
         init: ``"module"`` (each chain re-initialised by the modules' ``reset_parameters``),
             ``"prior"`` (a prior draw) or ``"template"`` (every chain starts at ``model``'s
@@ -59,6 +116,7 @@ class SamplerModule(L.LightningModule):
 
     predict_with_current_state = False
     independent_chains = True
+    keeps_draws = True
 
     def __init__(
         self,
@@ -69,19 +127,24 @@ class SamplerModule(L.LightningModule):
         temperature: float = 1.0,
         minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",
         num_chains: int = 1,
-        burn_in: int = 0,
+        burn_in: int | float = 0,
         thinning: int = 1,
         seed: int = 0,
         init: Literal["module", "prior", "template"] = "module",
         vectorize: bool = True,
+        num_draws: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
         if not isinstance(likelihood, Likelihood):
             raise ValueError(f"likelihood must be a lit_bayes.posterior.Likelihood, got {type(likelihood).__name__}")
-        for name, value, low in (("num_chains", num_chains, 1), ("burn_in", burn_in, 0), ("thinning", thinning, 1)):
+        for name, value, low in (("num_chains", num_chains, 1), ("thinning", thinning, 1)):
             check_int(name, value, low)
+        check_burn_in(burn_in)
+        check_optional_int("num_draws", num_draws, 1)
+        if num_draws is not None and thinning != 1:
+            raise ValueError(f"give thinning or num_draws, not both (got thinning={thinning}, num_draws={num_draws})")
         if init not in ("module", "prior", "template"):
             raise ValueError(f"init must be 'module', 'prior' or 'template', got {init!r}")
         self.save_hyperparameters(ignore=["model", "likelihood", "prior"])
@@ -92,8 +155,12 @@ class SamplerModule(L.LightningModule):
         self.prior = prior if prior is not None else GaussianPrior(1.0)
         self.posterior = Posterior(likelihood, self.prior, num_data, temperature, minibatch_scaling)
         self.num_chains = num_chains
-        self.burn_in = burn_in
+        self.burn_in_setting = burn_in
+        self.num_draws = num_draws
+        # burn_in and thinning in steps; fixed by resolve_sampling() once the run's length is known
+        self.burn_in: int = burn_in if isinstance(burn_in, int) else 0
         self.thinning = thinning
+        self._sampling_resolved = False
         self.seed = seed
         self.init = init
         self.vectorize = vectorize
@@ -143,6 +210,40 @@ class SamplerModule(L.LightningModule):
         if self.chains is None:
             init_gen = torch.Generator().manual_seed(rank_seed(self.seed, self.stream_rank, 0))
             self.chains = ChainState(self.initial_state(init_gen))
+        if stage == "fit":
+            self.check_model_fits_data()
+
+    def resolve_sampling(self) -> tuple[int, int]:
+        """Fix ``burn_in`` and ``thinning`` in steps for this fit (:func:`sampling_steps` of the
+        Trainer's step count) and warn when no state will be kept. Called when fit starts, or
+        earlier by a sampler whose stepper needs the burn-in (call it from
+        ``configure_optimizers`` or later: building the training loader before the checkpoint's
+        DataModule state is restored would lose a resumed epoch's position)."""
+        if not self._sampling_resolved and self._trainer is None:  # a stepper built by hand, outside a fit
+            if isinstance(self.burn_in_setting, float) or self.num_draws is not None:
+                raise ValueError(f"burn_in={self.burn_in_setting!r} / num_draws={self.num_draws!r} follow the run's "
+                                 "length: attach the sampler to a Trainer (fit) first, or give burn_in in steps")
+            return self.burn_in, self.thinning
+        if not self._sampling_resolved:
+            total = self.trainer.estimated_stepping_batches
+            if not math.isfinite(total) and (isinstance(self.burn_in_setting, float) or self.num_draws is not None):
+                raise ValueError(
+                    f"burn_in={self.burn_in_setting!r} / num_draws={self.num_draws!r} need a run of known length: "
+                    "set the Trainer's max_epochs or max_steps"
+                )
+            total = int(total) if math.isfinite(total) else 2**62
+            self.burn_in, self.thinning = sampling_steps(total, self.burn_in_setting, self.thinning, self.num_draws)
+            self._sampling_resolved = True
+            if self.burn_in >= total:
+                rank_zero_warn(
+                    f"burn_in={self.burn_in} is not below the {total} steps this run takes (per process): no "
+                    "posterior draw will be kept. Lower burn_in (e.g. burn_in: 0.5, half the run) or run longer "
+                    "(max_epochs / max_steps)."
+                )
+        return self.burn_in, self.thinning
+
+    def on_fit_start(self) -> None:
+        self.resolve_sampling()
 
     @property
     def stream_rank(self) -> int:
@@ -232,6 +333,39 @@ class SamplerModule(L.LightningModule):
         self.likelihood.check_target(y, "batch targets")
         return x, y
 
+    def check_model_fits_data(self) -> None:
+        """At setup for fit, before any step, evaluate one chain on one training point of the DataModule (its
+        ``train_data[0]``, else zeros of its ``input_shape``; nothing without either) and the
+        likelihood on that output, so a network whose input or output width does not fit the data,
+        or fewer likelihood classes than the data's ``num_classes``, is a ``ValueError`` naming both
+        instead of a shape error inside a step."""
+        datamodule = getattr(self._trainer, "datamodule", None)
+        point = _one_training_point(datamodule)
+        if point is None or self.chains is None:
+            return
+        one_chain = {name: p[:1] for name, p in self.chains.as_dict().items()}
+        dtype = next(iter(one_chain.values())).dtype  # the Trainer's precision (64-true: float64)
+        x = point[0].to(self.device, dtype if point[0].is_floating_point() else None)
+        y = None if point[1] is None else point[1].to(self.device, dtype if point[1].is_floating_point() else None)
+        model, likelihood = type(self.model).__name__, type(self.likelihood).__name__
+        data = f"{type(datamodule).__name__} gives inputs of shape {tuple(x.shape[1:])}"
+        with torch.no_grad():
+            try:
+                output = self.outputs(one_chain, x)
+            except RuntimeError as err:
+                raise ValueError(f"model {model} does not fit the data: {data}, the model expects "
+                                 f"{_expected_input(self.model)} (one training point failed with: {err})") from err
+            if y is not None:
+                try:
+                    self.log_likelihood(one_chain, output, y)
+                except (RuntimeError, ValueError) as err:
+                    raise ValueError(f"model {model} gives outputs of shape {tuple(output.shape[2:])} per point, "
+                                     f"which do not fit the likelihood {likelihood}: {err}") from err
+        classes, modelled = getattr(datamodule, "num_classes", None), getattr(self.likelihood, "num_classes", None)
+        if isinstance(classes, int) and isinstance(modelled, int) and modelled < classes:
+            raise ValueError(f"likelihood {likelihood} models {modelled} classes but {type(datamodule).__name__} "
+                             f"has num_classes={classes}")
+
     def check_energy(self, energy: Tensor) -> None:
         """Raise a clear error when an SG step produced a NaN or infinite energy."""
         if not torch.isfinite(energy).all():
@@ -273,6 +407,20 @@ class SamplerModule(L.LightningModule):
 
     def on_predict_epoch_end(self) -> None:
         self._predict_samples = None
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, *args, **kwargs):
+        """Lightning's loader: the chains' last states, rebuilt from the checkpoint's
+        hyperparameters plus ``model=`` and ``likelihood=`` (and ``prior=``), which are not among
+        them. The kept draws are not part of the module: to reload a finished run with its
+        draws and predict from them, use :func:`lit_bayes.load_run`."""
+        if "model" not in kwargs or "likelihood" not in kwargs:
+            raise ValueError(
+                f"{cls.__name__}.load_from_checkpoint needs model= and likelihood= (and prior=): the network, "
+                "likelihood and prior are not saved in the checkpoint's hyperparameters. To reload a lit-bayes run "
+                "with its kept posterior draws, use lit_bayes.load_run(run_dir)."
+            )
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         """Evaluation is done by the predictive callbacks on the kept samples."""

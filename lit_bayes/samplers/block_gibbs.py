@@ -103,15 +103,17 @@ class BlockGibbs(SamplerModule):
         temperature: float = 1.0,
         minibatch_scaling: Literal["rescaled", "sum"] = "sum",
         num_chains: int = 1,
-        burn_in: int = 0,
+        burn_in: int | float = 0,
         thinning: int = 1,
         seed: int = 0,
         init: Literal["module", "prior", "template"] = "prior",
         vectorize: bool = True,
+        num_draws: int | None = None,
     ) -> None:
         super().__init__(
             model, likelihood, prior, num_data, temperature, minibatch_scaling,
             num_chains, burn_in, thinning, seed, init, vectorize,
+            num_draws=num_draws,
         )
         if list(likelihood.parameters()):
             raise ValueError(
@@ -129,8 +131,9 @@ class BlockGibbs(SamplerModule):
         self.stepper_options = {
             "variances": _block_variances(proposal_variance, self.partition),
             "target_accept": target_accept,
-            "adapt_steps": burn_in if adapt else 0,
+            "adapt_steps": 0,  # the burn-in when adapt, set once the run's length fixes it
         }
+        self.adapt = adapt
         BlockMetropolis([torch.zeros(1, 1)], **self.stepper_options)  # validate now
         self.stack: LinearStack | None = linear_stack(model) if incremental else None
         if not isinstance(fused, bool) or fused and not incremental:
@@ -186,7 +189,8 @@ class BlockGibbs(SamplerModule):
         return FullForwardTarget(*options, log_likelihood)
 
     def configure_optimizers(self):
-        return BlockMetropolis(list(self.chains.parameters()), generator=self.make_generator(), **self.stepper_options)
+        options = {**self.stepper_options, "adapt_steps": self.resolve_sampling()[0] if self.adapt else 0}
+        return BlockMetropolis(list(self.chains.parameters()), generator=self.make_generator(), **options)
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         x, y = self.check_batch(batch)

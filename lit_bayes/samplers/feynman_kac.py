@@ -42,7 +42,8 @@ class FeynmanKacSampler(SamplerModule):
     average turns into the global-batch gradient.
 
     Args:
-        model: the partial BNN; its stochastic part gets ``prior`` (default N(0, I)).
+        model: the partial BNN; its stochastic part gets ``prior`` (default N(0, I)); at least one
+            parameter must stay deterministic (psi), else ``ValueError``.
         likelihood: per-point likelihood (the paper: ``Gaussian(1.0)`` fixed noise, ``Bernoulli``, ``Categorical``).
         num_particles: J (the paper's code: 1000).
         kernel: the move (default: the sampler's first of ``KERNELS``): ``"random_walk"``
@@ -57,7 +58,8 @@ class FeynmanKacSampler(SamplerModule):
         lr_decay, lr_decay_steps: exponential decay ``lr * lr_decay ** (step / lr_decay_steps)``
             (the crescent's ``0.1 * 0.96 ** (step / 10)``); 1 keeps ``lr`` constant.
         num_data: N of the N/M gradient scale (default: the DataModule's ``num_train``).
-        burn_in, thinning: which steps' clouds :class:`PosteriorSamples` keeps.
+        burn_in, thinning, num_draws: which steps' clouds :class:`PosteriorSamples` keeps (as in
+            :class:`~lit_bayes.samplers.base.SamplerModule`).
         seed: root seed of the particles' random stream.
         vectorize: evaluate all particles in one batched call (default) or in a reference loop.
     """
@@ -83,20 +85,29 @@ class FeynmanKacSampler(SamplerModule):
         lr_decay_steps: int = 1,
         optimizer_options: dict[str, Any] | None = None,
         num_data: int | None = None,
-        burn_in: int = 0,
+        burn_in: int | float = 0,
         thinning: int = 1,
         seed: int = 0,
         vectorize: bool = True,
+        num_draws: int | None = None,
     ) -> None:
         kernel = self.KERNELS[0] if kernel is None else kernel
         if kernel not in self.KERNELS:
             raise ValueError(f"kernel must be one of {self.KERNELS} for {type(self).__name__}, got {kernel!r}")
         if not isinstance(model, PartialBNN):
             raise ValueError(f"model must be a lit_bayes.models.PartialBNN, got {type(model).__name__}")
+        if not model.deterministic_names:
+            # psi is what these samplers train; without it there is no optimiser step, which is also what
+            # advances Lightning's step count (burn-in, thinning, max_steps) under manual optimisation
+            raise ValueError(
+                f"{type(self).__name__} trains the deterministic parameters psi of the PartialBNN, but its "
+                f"stochastic={model.stochastic_names} covers every parameter, leaving psi empty: keep some "
+                "parameters deterministic, or sample the whole network with SGMCMC, HMC or BlockGibbs"
+            )
         check_int("num_particles", num_particles, 1)
         super().__init__(
             model, likelihood, prior, num_data, 1.0, "rescaled", num_particles, burn_in, thinning, seed, "prior",
-            vectorize,
+            vectorize, num_draws=num_draws,
         )
         check_optimizer_name(optimizer)
         self.lr = check_positive("lr", lr)
@@ -110,6 +121,7 @@ class FeynmanKacSampler(SamplerModule):
             p.requires_grad_(True)
         self.register_buffer("log_weights", torch.full((num_particles,), -math.log(num_particles)))
         self.register_buffer("log_evidence", torch.zeros(()))
+        self.last_reweight: Reweighted | None = None
         self.automatic_optimization = False
 
     # ---------------------------------------------------------------- state
@@ -170,7 +182,9 @@ class FeynmanKacSampler(SamplerModule):
         return self.stepper.reweight(self.log_weights, log_potential, self.generator)
 
     def apply(self, result: Reweighted) -> None:
-        """Resample the particles (if ``result`` did) and update weights and evidence."""
+        """Resample the particles (if ``result`` did) and update weights and evidence; the result
+        stays readable as ``last_reweight`` (ChainDiagnostics traces its ESS and resampling)."""
+        self.last_reweight = result
         if result.ancestors is not None:
             self.set_particles({n: p[result.ancestors] for n, p in self.particles().items()})
         self.log_weights.copy_(result.log_weights)

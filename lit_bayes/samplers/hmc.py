@@ -8,20 +8,26 @@ from torch import Tensor, nn
 
 from lit_bayes.posterior import GaussianPrior, Likelihood
 from lit_bayes.samplers.base import SamplerModule
+from lit_bayes.samplers.full_batch import FullBatchOnly
 from lit_bayes.steppers.hmc import HMCStepper
 from lit_bayes.validation import check_positive
 
 __all__ = ["HMC", "MALA"]
 
 
-class HMC(SamplerModule):
+class HMC(FullBatchOnly, SamplerModule):
     """Hamiltonian Monte Carlo (:class:`lit_bayes.steppers.hmc.HMCStepper`) as a sampler module.
 
     Exact (Metropolis-corrected) only when every step sees the same energy: use a
-    full-batch DataModule (``batch_size=None``). ``step_size`` is the initial leapfrog
-    step, adapted by dual averaging towards ``target_accept`` during the first
-    ``adapt_steps`` steps (default: the burn-in) and frozen afterwards. The acceptance
-    counts (one block: all parameters) are read by ``AcceptanceMonitor``.
+    full-batch DataModule (``batch_size=None``); a smaller training batch gets a warning, once.
+    ``step_size`` is the initial leapfrog step, adapted by dual averaging towards
+    ``target_accept`` during the first ``adapt_steps`` steps (default: the burn-in) and frozen
+    afterwards. The acceptance counts (one block: all parameters) are read by ``AcceptanceMonitor``.
+
+    ``step_size_jitter=j`` runs each transition of each chain with step eps * U(1 - j, 1 + j) and
+    ``num_leapfrog_jitter=k`` with L' ~ U{L - k, ..., L + k} leapfrog steps, drawn from the
+    sampler's generator: both keep the target exactly and break the resonance of a fixed path
+    length with the posterior's periods (:mod:`lit_bayes.steppers.hmc`). E.g. 0.2 and L // 2.
 
     ``init`` takes the values of :class:`lit_bayes.samplers.base.SamplerModule` and ``"normal"``:
     every parameter of every chain i.i.d. N(0, ``init_std``^2), the start of the noisy-gibbs
@@ -41,12 +47,15 @@ class HMC(SamplerModule):
         num_data: int | None = None,
         temperature: float = 1.0,
         num_chains: int = 1,
-        burn_in: int = 0,
+        burn_in: int | float = 0,
         thinning: int = 1,
         seed: int = 0,
         init: Literal["module", "prior", "template", "normal"] = "module",
         vectorize: bool = True,
         init_std: float = 1e-4,
+        step_size_jitter: float = 0.0,
+        num_leapfrog_jitter: int = 0,
+        num_draws: int | None = None,
     ) -> None:
         if init not in ("module", "prior", "template", "normal"):
             raise ValueError(f"init must be 'module', 'prior', 'template' or 'normal', got {init!r}")
@@ -54,14 +63,17 @@ class HMC(SamplerModule):
         super().__init__(
             model, likelihood, prior, num_data, temperature, "rescaled",
             num_chains, burn_in, thinning, seed, "template" if init == "normal" else init, vectorize,
+            num_draws=num_draws,
         )
         self.init = init
         self.init_std = float(init_std)
         self.stepper_options = {
             "lr": step_size, "num_leapfrog": num_leapfrog, "target_accept": target_accept,
-            "adapt_steps": burn_in if adapt_steps is None else adapt_steps,
+            "adapt_steps": adapt_steps,  # None: the burn-in in steps, known once fit starts
+            "step_size_jitter": step_size_jitter, "num_leapfrog_jitter": num_leapfrog_jitter,
         }
-        HMCStepper([torch.zeros(1, 1, requires_grad=True)], **self.stepper_options)  # validate now
+        validate = {**self.stepper_options, "adapt_steps": adapt_steps or 0}
+        HMCStepper([torch.zeros(1, 1, requires_grad=True)], **validate)  # bad options fail now, not at fit
         self.automatic_optimization = False
 
     def initial_state(self, generator: torch.Generator) -> dict[str, Tensor]:
@@ -71,10 +83,16 @@ class HMC(SamplerModule):
                 for name, p in self.template_parameters().items()}
 
     def configure_optimizers(self):
-        return HMCStepper(list(self.chains.parameters()), generator=self.make_generator(), **self.stepper_options)
+        return HMCStepper(list(self.chains.parameters()), generator=self.make_generator(), **self.run_options())
+
+    def run_options(self) -> dict[str, Any]:
+        """The stepper options of this fit: ``adapt_steps`` None becomes the burn-in in steps."""
+        adapt = self.stepper_options["adapt_steps"]
+        return {**self.stepper_options, "adapt_steps": self.resolve_sampling()[0] if adapt is None else adapt}
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         x, y = self.check_batch(batch)
+        self.warn_if_minibatch(x.shape[0])
         stepper = self.optimizers()
 
         def closure() -> Tensor:
@@ -96,7 +114,10 @@ class HMC(SamplerModule):
 
 
 class MALA(HMC):
-    """Metropolis-adjusted Langevin algorithm: HMC with one leapfrog step (target 0.574)."""
+    """Metropolis-adjusted Langevin algorithm: HMC with one leapfrog step (target 0.574).
+
+    Takes :class:`HMC`'s other options, ``step_size_jitter`` included (the path has one step, so
+    there is no ``num_leapfrog_jitter``)."""
 
     def __init__(self, model: nn.Module, likelihood: Likelihood, prior: GaussianPrior | None = None,
                  step_size: float = 1e-2, target_accept: float = 0.574, **kwargs: Any) -> None:

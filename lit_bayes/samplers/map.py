@@ -28,6 +28,8 @@ class MAP(SamplerModule):
     other arguments.
     """
 
+    keeps_draws = False
+
     def __init__(
         self,
         model: nn.Module,

@@ -161,7 +161,7 @@ class NoisyGibbs(InformedStart, SamplerModule):
         model: the :class:`lit_bayes.models.NoisyMLP` or :class:`lit_bayes.models.noisy_cnn.NoisyCNN`
             (its noise variances and prior precisions define the target, eq. 4).
         num_chains: chains advanced together (batched Cholesky factors and matrix products).
-        burn_in, thinning, seed: as in :class:`SamplerModule`.
+        burn_in, thinning, seed, num_draws: as in :class:`SamplerModule`.
         init: ``"zeros"`` (every weight, bias and latent 0, as in the paper, §5), ``"prior"``
             (weights from the prior, latents through the generative process eq. 7 with fresh
             noise), or ``"template"`` (every chain starts at ``model``'s parameters, e.g. a
@@ -174,11 +174,12 @@ class NoisyGibbs(InformedStart, SamplerModule):
         self,
         model: NoisyMLP | NoisyCNN,
         num_chains: int = 1,
-        burn_in: int = 0,
+        burn_in: int | float = 0,
         thinning: int = 1,
         seed: int = 0,
         init: Literal["zeros", "prior", "template"] = "zeros",
         dtype: Literal["float32", "float64"] = "float32",
+        num_draws: int | None = None,
     ) -> None:
         if not isinstance(model, (NoisyMLP, NoisyCNN)):
             raise ValueError(f"model must be a lit_bayes.models.NoisyMLP or NoisyCNN, got {type(model).__name__}")
@@ -187,7 +188,7 @@ class NoisyGibbs(InformedStart, SamplerModule):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
         super().__init__(model, model.likelihood(), model.prior(), None, 1.0, "sum", num_chains, burn_in, thinning,
-                         seed, "template" if init == "zeros" else init, True)
+                         seed, "template" if init == "zeros" else init, True, num_draws=num_draws)
         self.start = init
         self.dtype_name = dtype
         self.latents: Latents | None = None

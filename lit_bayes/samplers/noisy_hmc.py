@@ -59,7 +59,7 @@ class IntermediateHMC(InformedStart, HMC):
         num_leapfrog: leapfrog steps per transition (1: MALA with eta = step_size^2 / 2).
         target_accept: acceptance rate dual averaging aims at.
         num_data: training-set size n (the number of latent rows); default the DataModule's ``num_train``.
-        num_chains, burn_in, thinning, seed: as in :class:`lit_bayes.samplers.base.SamplerModule`.
+        num_chains, burn_in, thinning, seed, num_draws: as in :class:`lit_bayes.samplers.base.SamplerModule`.
         init: the start of every chain (spec §5, "Initialization of the uninformed baselines"):
             ``"normal"`` (every weight, bias and latent i.i.d. N(0, init_std^2); the paper's std 1e-4 for
             the synthetic runs), ``"zeros"`` (all 0, the Gibbs sampler's start), ``"prior"`` (weights
@@ -80,12 +80,13 @@ class IntermediateHMC(InformedStart, HMC):
         adapt_steps: int | None = None,
         num_data: int | None = None,
         num_chains: int = 1,
-        burn_in: int = 0,
+        burn_in: int | float = 0,
         thinning: int = 1,
         seed: int = 0,
         init: Literal["normal", "zeros", "prior", "template"] = "normal",
         init_std: float = 1e-4,
         dtype: Literal["float32", "float64"] = "float32",
+        num_draws: int | None = None,
     ) -> None:
         if not isinstance(model, NoisyMLP):
             raise ValueError(f"model must be a lit_bayes.models.NoisyMLP, got {type(model).__name__}")
@@ -102,7 +103,7 @@ class IntermediateHMC(InformedStart, HMC):
         check_positive("step_size", step_size)
         super().__init__(model, model.likelihood(), model.prior(), step_size, num_leapfrog, target_accept,
                          adapt_steps, num_data, 1.0, num_chains, burn_in, thinning, seed,
-                         "template" if init == "zeros" else init, True, init_std)
+                         "template" if init == "zeros" else init, True, init_std, num_draws=num_draws)
         self.start = init
         self.dtype_name = dtype
         self.canonical_batch = CanonicalBatch(DTYPES[dtype])
@@ -202,7 +203,7 @@ class IntermediateHMC(InformedStart, HMC):
     # ------------------------------------------------------------------ steps
     def configure_optimizers(self):
         params = list(self.chains.parameters()) + list(self.latents.parameters())
-        return HMCStepper(params, generator=self.make_generator(), **self.stepper_options)
+        return HMCStepper(params, generator=self.make_generator(), **self.run_options())
 
     def sweep_inputs(self, batch: Any) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         """The full training set in canonical order (inputs in the state's dtype), its targets and the

@@ -28,7 +28,8 @@ class SGMCMC(SamplerModule):
         step_size: eps of the update rule (the stepper's ``lr``).
         schedule: ``"constant"``, ``"polynomial"`` or ``"cyclical"`` (:class:`StepSizeSchedule`).
         schedule_options: ``decay_steps``, ``decay_power``, ``cycle_length``.
-        stepper_options: extra stepper arguments (pSGLD ``alpha``, ``eps_precond``;
+        stepper_options: extra stepper arguments (pSGLD ``alpha``, ``eps_precond``, ``adapt_steps``:
+            by default the burn-in, so the preconditioner is frozen for the kept draws;
             SGHMC ``friction``, ``noise_estimate``).
     """
 
@@ -46,15 +47,17 @@ class SGMCMC(SamplerModule):
         temperature: float = 1.0,
         minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",
         num_chains: int = 1,
-        burn_in: int = 0,
+        burn_in: int | float = 0,
         thinning: int = 1,
         seed: int = 0,
         init: Literal["module", "prior", "template"] = "module",
         vectorize: bool = True,
+        num_draws: int | None = None,
     ) -> None:
         super().__init__(
             model, likelihood, prior, num_data, temperature, minibatch_scaling,
             num_chains, burn_in, thinning, seed, init, vectorize,
+            num_draws=num_draws,
         )
         if stepper not in STEPPERS:
             raise ValueError(f"stepper must be one of {sorted(STEPPERS)}, got {stepper!r}")
@@ -66,8 +69,13 @@ class SGMCMC(SamplerModule):
         self.automatic_optimization = False
 
     def configure_optimizers(self):
+        options = dict(self.stepper_options)
+        if self.stepper_name == "psgld" and "adapt_steps" not in options:
+            # freeze pSGLD's preconditioner when the burn-in ends: the kept draws then target the
+            # posterior exactly (see PSGLD); with no burn-in it adapts throughout
+            options["adapt_steps"] = self.resolve_sampling()[0] or None
         return STEPPERS[self.stepper_name](
-            self.chains.parameters(), lr=self.schedule(0), generator=self.make_generator(), **self.stepper_options
+            self.chains.parameters(), lr=self.schedule(0), generator=self.make_generator(), **options
         )
 
     def step_energy(self, x: torch.Tensor, y: torch.Tensor, step: int) -> torch.Tensor:

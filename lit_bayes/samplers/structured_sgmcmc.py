@@ -116,7 +116,7 @@ class StructuredSGMCMC(SGMCMC):
         temperature: float = 1.0,
         minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",
         num_chains: int = 1,
-        burn_in: int = 0,
+        burn_in: int | float = 0,
         thinning: int = 1,
         seed: int = 0,
         init: Literal["module", "prior", "template"] = "module",
@@ -131,10 +131,12 @@ class StructuredSGMCMC(SGMCMC):
         buffer_size: int = 1000,
         buffer_start: int = 0,
         buffer_init: Literal["initial", "warm_start"] = "initial",
+        num_draws: int | None = None,
     ) -> None:
         super().__init__(
             model, likelihood, prior, stepper, step_size, schedule, schedule_options, stepper_options,
             num_data, temperature, minibatch_scaling, num_chains, burn_in, thinning, seed, init, vectorize,
+            num_draws,
         )
         if mode not in ("structured", "dropout"):
             raise ValueError(f"mode must be 'structured' (S-SGMCMC) or 'dropout' (S_d-SGMCMC), got {mode!r}")

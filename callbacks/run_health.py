@@ -1,0 +1,124 @@
+"""``RunHealth``: the verdict of a fit (:mod:`lit_bayes.health`), printed, logged and summarised."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.trainer.states import TrainerFn
+
+from lit_bayes.callbacks.acceptance_monitor import AcceptanceMonitor
+from lit_bayes.callbacks.chain_diagnostics import PREFIX, ChainDiagnostics, is_function_space, returned_energy
+from lit_bayes.callbacks.posterior_samples import PosteriorSamples
+from lit_bayes.health import Health, HealthThresholds, RunRecord, assess
+
+__all__ = ["RunHealth"]
+
+
+def _find(trainer, kind: type) -> Any:
+    return next((c for c in trainer.callbacks if isinstance(c, kind)), None)
+
+
+class RunHealth(Callback):
+    """At the end of fit, assesses whether the run's posterior draws can be trusted
+    (:func:`lit_bayes.health.assess`): verdict ``ok`` / ``warning`` / ``failed`` with reasons and
+    advice. It reads the traces and R-hat of a :class:`ChainDiagnostics` (function space: held-out
+    log predictive densities), the draws a :class:`PosteriorSamples` kept, the rates of an
+    :class:`AcceptanceMonitor` (each optional), and counts the non-finite energies the sampler's
+    steps return itself.
+
+    The verdict is printed as a short console summary (``print_report``), logged to every logger
+    (``health/level``: 0 ok, 1 warning, 2 failed; ``health/draws_total``, ``health/draws_per_chain``;
+    W&B also gets the verdict and reasons in its run summary), and handed to :class:`RunSummary`,
+    which writes it as the ``health`` block of ``summary.json``. ``lit-bayes fit --strict true``
+    exits non-zero on ``failed``.
+
+    Args: the thresholds of :class:`lit_bayes.health.HealthThresholds`, and ``print_report``.
+    """
+
+    def __init__(
+        self,
+        rhat_warn: float = 1.01,
+        rhat_fail: float = 1.05,
+        min_ess: float = 100.0,
+        trend_p: float = 1e-3,
+        mode_sd: float = 3.0,
+        acceptance_band: tuple[float, float] = (0.1, 0.95),
+        divergence_sd: float = 10.0,
+        print_report: bool = True,
+    ) -> None:
+        self.thresholds = HealthThresholds(rhat_warn, rhat_fail, min_ess, trend_p, mode_sd, tuple(acceptance_band),
+                                           divergence_sd)
+        self.print_report = print_report
+        self.health: Health | None = None
+        self._nonfinite_steps = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        energy = returned_energy(outputs)
+        if energy is not None and not bool(torch.isfinite(energy).all()):
+            self._nonfinite_steps += 1
+
+    def record(self, trainer, pl_module) -> RunRecord:
+        """What the run recorded, gathered from the trainer's callbacks and the sampler."""
+        samples, diagnostics = _find(trainer, PosteriorSamples), _find(trainer, ChainDiagnostics)
+        monitor = _find(trainer, AcceptanceMonitor)
+        steps, burn_in, thinning = trainer.global_step, pl_module.burn_in, pl_module.thinning
+        if samples is not None:
+            draws = samples.num_draws
+        else:  # the sample steps the schedule allowed
+            draws = (steps - burn_in - 1) // thinning + 1 if steps > burn_in else 0
+        independent = pl_module.independent_chains
+        traces = diagnostics.global_traces() if diagnostics is not None else {}
+        summary = diagnostics.summary_metrics() if diagnostics is not None else {}
+        return RunRecord(
+            steps=steps, burn_in=burn_in, thinning=thinning,
+            chains=pl_module.num_chains * (trainer.world_size if independent else 1),
+            draws_per_chain=draws,
+            traces=traces,
+            function_space=tuple(name for name in traces if is_function_space(name)),
+            diagnostics={key[len(PREFIX):]: value for key, value in summary.items()},
+            acceptance=monitor.rates()["layer"] if monitor is not None else {},
+            nonfinite_steps=self._nonfinite_steps,
+            uses_draws=pl_module.keeps_draws and not pl_module.predict_with_current_state,
+            independent_chains=independent,
+            posterior_sampler=pl_module.keeps_draws,
+        )
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.health = None
+
+    def assess_fit(self, trainer, pl_module) -> Health:
+        """The verdict of the fit that just ended (assessed once, on its first request)."""
+        if self.health is None:
+            self.health = assess(self.record(trainer, pl_module), self.thresholds)
+        return self.health
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.assess_fit(trainer, pl_module)
+        if not trainer.is_global_zero:
+            return
+        if self.print_report:
+            print(self.health.report(), flush=True)
+        numbers = {"health/level": float(self.health.level), "health/draws_total": float(self.health.draws_total),
+                   "health/draws_per_chain": float(self.health.draws_per_chain)}
+        for logger in trainer.loggers:
+            logger.log_metrics(numbers, step=trainer.global_step)
+            if isinstance(logger, WandbLogger):
+                logger.experiment.summary.update({
+                    "health/verdict": self.health.verdict,
+                    "health/reasons": [f"{r.code}: {r.message}" for r in self.health.reasons],
+                })
+
+    def summary_section(self, trainer, pl_module) -> dict[str, Any]:
+        """``{"health": {...}}`` for ``summary.json``: at the end of fit (whichever of this callback
+        and :class:`RunSummary` comes first), and after it; empty in a run that did not fit."""
+        if self.health is None and trainer.state.fn == TrainerFn.FITTING:
+            self.assess_fit(trainer, pl_module)
+        return {"health": self.health.as_dict()} if self.health is not None else {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"nonfinite_steps": self._nonfinite_steps}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._nonfinite_steps = int(state_dict["nonfinite_steps"])

@@ -1,0 +1,153 @@
+"""The run's health verdict: each reason triggered by a constructed case, none on a converged
+conjugate target, and the verdict printed, logged and written to summary.json."""
+from __future__ import annotations
+
+import json
+
+import lightning as L
+import pytest
+import torch
+from torch import nn
+
+from lit_bayes import SGMCMC, Gaussian
+from lit_bayes.callbacks import ChainDiagnostics, PosteriorSamples, RunHealth, RunSummary
+from lit_bayes.data import LinearRegression
+from lit_bayes.diagnostics import summarize
+from lit_bayes.health import HealthThresholds, RunRecord, assess
+
+CHAINS, DRAWS = 8, 400
+
+
+def stationary(generator: torch.Generator, chains: int = CHAINS, draws: int = DRAWS, rho: float = 0.0) -> torch.Tensor:
+    """AR(1) traces with unit stationary variance, started in equilibrium."""
+    noise = torch.randn(chains, draws, generator=generator, dtype=torch.float64)
+    trace = torch.empty_like(noise)
+    trace[:, 0] = noise[:, 0]
+    for t in range(1, draws):
+        trace[:, t] = rho * trace[:, t - 1] + (1 - rho**2) ** 0.5 * noise[:, t]
+    return trace
+
+
+def record(heldout: torch.Tensor, energy: torch.Tensor | None = None, **options) -> RunRecord:
+    """A run record holding ``heldout`` as the held-out log density and, as ChainDiagnostics does,
+    its R-hat and ESS."""
+    traces = {"heldout_lpd": heldout, "energy": stationary(torch.Generator().manual_seed(9)) if energy is None else energy}
+    settings = dict(steps=1000, burn_in=500, thinning=1, chains=heldout.shape[0], draws_per_chain=heldout.shape[1],
+                    traces=traces, function_space=("heldout_lpd",), diagnostics=summarize(traces))
+    settings.update(options)
+    return RunRecord(**settings)
+
+
+def codes(health) -> list[str]:
+    return [reason.code for reason in health.reasons]
+
+
+def test_well_mixed_chains_are_ok():
+    health = assess(record(stationary(torch.Generator().manual_seed(0))))
+    assert health.verdict == "ok" and health.reasons == []
+    assert health.draws_total == CHAINS * DRAWS
+
+
+def test_no_draws_fails_naming_steps_and_burn_in():
+    health = assess(RunRecord(steps=3000, burn_in=4000, thinning=20, chains=8, draws_per_chain=0))
+    assert health.verdict == "failed" and codes(health) == ["no_draws"]
+    assert "3000 steps" in health.reasons[0].message and "burn_in is 4000" in health.reasons[0].message
+    assert "burn_in: 0.5" in health.reasons[0].advice
+
+
+def test_too_few_draws_and_a_single_chain_warn():
+    trace = stationary(torch.Generator().manual_seed(1), chains=1, draws=3)
+    health = assess(RunRecord(steps=10, burn_in=7, thinning=1, chains=1, draws_per_chain=3, traces={"heldout_lpd": trace}))
+    assert health.verdict == "warning" and codes(health) == ["too_few_draws", "single_chain"]
+
+
+def test_chains_offset_by_a_fraction_of_their_spread_fail_on_rhat():
+    heldout = stationary(torch.Generator().manual_seed(2))
+    heldout[: CHAINS // 2] += 1.0  # within mode_sd of each other, but clearly not one distribution
+    health = assess(record(heldout))
+    assert "rhat" in codes(health) and "separate_modes" not in codes(health)
+    assert health.verdict == "failed"
+    rhat = next(r for r in health.reasons if r.code == "rhat")
+    assert "heldout_lpd" in rhat.message
+
+
+def test_a_slightly_high_rhat_only_warns():
+    heldout = stationary(torch.Generator().manual_seed(3))
+    heldout[: CHAINS // 2] += 0.12
+    health = assess(record(heldout), HealthThresholds(rhat_warn=1.001, rhat_fail=1.5))
+    assert [r.severity for r in health.reasons if r.code == "rhat"] == ["warning"]
+
+
+def test_strongly_autocorrelated_chains_have_too_few_effective_draws():
+    health = assess(record(stationary(torch.Generator().manual_seed(4), rho=0.99)))
+    assert "low_ess" in codes(health)
+
+
+def test_a_drifting_log_density_is_a_trend():
+    heldout = stationary(torch.Generator().manual_seed(5)) + torch.linspace(0, 1.5, DRAWS, dtype=torch.float64)
+    health = assess(record(heldout))
+    assert "trend" in codes(health)
+    assert "rises" in next(r for r in health.reasons if r.code == "trend").message
+
+
+def test_chains_in_two_modes_are_separate_modes():
+    heldout = stationary(torch.Generator().manual_seed(6)) * 0.05
+    heldout[:2] -= 0.6  # two chains on a plateau far below the others, as in deep XOR
+    health = assess(record(heldout))
+    assert health.verdict == "failed" and "separate_modes" in codes(health)
+    assert "2 of 8 chains" in next(r for r in health.reasons if r.code == "separate_modes").message
+
+
+def test_a_rising_energy_is_a_divergence():
+    energy = stationary(torch.Generator().manual_seed(7))
+    energy[3] += torch.linspace(0, 40, DRAWS, dtype=torch.float64)
+    health = assess(record(stationary(torch.Generator().manual_seed(8)), energy=energy))
+    assert "divergence" in codes(health) and health.verdict == "failed"
+
+
+def test_acceptance_outside_the_band_warns_and_non_finite_energies_fail():
+    rates = {"1": 0.02, "2": 0.4, "3": 0.99}
+    health = assess(record(stationary(torch.Generator().manual_seed(10)), acceptance=rates, nonfinite_steps=3))
+    assert codes(health) == ["nonfinite", "acceptance"]
+    assert "1: 0.02" in health.reasons[1].message and "3: 0.99" in health.reasons[1].message
+    assert "2: 0.40" not in health.reasons[1].message
+
+
+@pytest.mark.parametrize("options, name", [
+    ({"rhat_warn": 0.9}, "rhat_warn"), ({"rhat_warn": 1.1, "rhat_fail": 1.05}, "rhat_fail"),
+    ({"acceptance_band": (0.5, 0.2)}, "acceptance_band"), ({"trend_p": 2.0}, "trend_p"),
+])
+def test_bad_thresholds_are_named(options, name):
+    with pytest.raises(ValueError, match=name):
+        RunHealth(**options)
+
+
+def conjugate_fit(tmp_path, burn_in, max_steps, **options):
+    """SGLD on a conjugate linear regression (posterior covariance about I / 257) with RunHealth."""
+    health = RunHealth()
+    callbacks = [PosteriorSamples(max_draws=1000), ChainDiagnostics(num_projections=2), health, RunSummary()]
+    trainer = L.Trainer(max_steps=max_steps, default_root_dir=tmp_path, callbacks=callbacks, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0)
+    settings = dict(stepper="sgld", step_size=3e-3, num_chains=4, burn_in=burn_in, seed=0, init="prior")
+    settings.update(options)
+    trainer.fit(SGMCMC(nn.Linear(3, 1), Gaussian(1.0), **settings),
+                datamodule=LinearRegression(num_train=256, num_val=32, num_test=32, batch_size=32))
+    return health, json.loads((tmp_path / "summary.json").read_text())
+
+
+def test_a_converged_conjugate_run_is_ok_and_its_verdict_reaches_summary(tmp_path, capsys):
+    health, summary = conjugate_fit(tmp_path, burn_in=0.25, max_steps=1200)
+    assert health.health.verdict == "ok", health.health.report()
+    assert summary["health"]["verdict"] == "ok" and summary["health"]["reasons"] == []
+    assert summary["health"]["draws_per_chain"] == 900 and summary["health"]["draws_total"] == 3600
+    assert "Posterior health: OK" in capsys.readouterr().out
+
+
+def test_a_burn_in_past_the_run_fails_and_says_so(tmp_path, capsys):
+    with pytest.warns(UserWarning, match="no posterior draw will be kept"):
+        health, summary = conjugate_fit(tmp_path, burn_in=500, max_steps=300)
+    assert summary["health"]["verdict"] == "failed"
+    assert [r["code"] for r in summary["health"]["reasons"]] == ["no_draws"]
+    out = capsys.readouterr().out
+    assert "Posterior health: FAILED" in out and "300 steps" in out and "burn_in is 500" in out

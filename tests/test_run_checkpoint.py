@@ -1,0 +1,46 @@
+"""RunCheckpoint: a full-batch run is not checkpointed at every sweep, and its end always is."""
+import lightning as L
+import pytest
+import torch
+from torch import nn
+
+from lit_bayes import SGMCMC, Gaussian, GaussianPrior
+from lit_bayes.callbacks import RunCheckpoint
+from lit_bayes.data import LinearRegression
+
+
+def written_steps(tmp_path, steps=50, **options):
+    """Fit a full-batch sampler (one step per epoch) and list the steps of the checkpoints written."""
+    checkpoint = RunCheckpoint(dirpath=tmp_path, filename="{step}", save_top_k=-1, save_last=True, **options)
+    sampler = SGMCMC(nn.Linear(3, 1), Gaussian(noise_std=1.0), GaussianPrior(1.0), step_size=1e-3, num_chains=2)
+    L.Trainer(max_epochs=steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
+              limit_val_batches=0, callbacks=[checkpoint], default_root_dir=tmp_path).fit(
+        sampler, datamodule=LinearRegression(num_train=20, num_val=5, num_test=5, batch_size=None, seed=0))
+    assert (tmp_path / "last.ckpt").exists()
+    assert torch.load(tmp_path / "last.ckpt", weights_only=False)["global_step"] == steps
+    return sorted(int(path.stem.split("=")[1]) for path in tmp_path.glob("step=*.ckpt"))
+
+
+def test_throttled_by_steps_and_the_end_always_written(tmp_path):
+    assert written_steps(tmp_path, min_steps=20, min_seconds=None) == [20, 40, 50]
+
+
+def test_without_triggers_only_the_end_is_written(tmp_path):
+    assert written_steps(tmp_path, min_steps=None, min_seconds=None) == [50]
+
+
+def test_time_trigger_writes_every_epoch_once_due(tmp_path):
+    assert written_steps(tmp_path, steps=5, min_steps=None, min_seconds=1e-9) == [1, 2, 3, 4, 5]
+
+
+def test_lightning_triggers_turn_the_throttle_off(tmp_path):
+    assert written_steps(tmp_path, every_n_epochs=10) == [10, 20, 30, 40, 50]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"min_steps": 0}, "min_steps must be an integer >= 1"),
+    ({"min_seconds": -1.0}, "min_seconds must be a finite number > 0"),
+])
+def test_bad_intervals(options, message):
+    with pytest.raises(ValueError, match=message):
+        RunCheckpoint(**options)
