@@ -40,8 +40,8 @@ class AcceptanceMonitor(Callback):
         if self.window_start is None and trainer.global_step >= pl_module.burn_in:
             self.window_start = {"accepted": counts["accepted"].clone(), "proposed": counts["proposed"]}
         self.last = counts
-        pl_module.log("accept", counts["accepted"].sum() / max(counts["proposed"], 1) / counts["accepted"].numel(),
-                      prog_bar=True, on_step=True, on_epoch=False)
+        rate = counts["accepted"].sum() / max(counts["proposed"], 1) / counts["accepted"].numel()
+        pl_module.log_train({"accept": rate}, prog_bar=("accept",))
 
     def block_rates(self, window: bool = True) -> Tensor | None:
         """Acceptance rate of every block, averaged over chains (window or running)."""

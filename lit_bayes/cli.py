@@ -1,8 +1,8 @@
 """The ``lit-bayes`` command: LightningCLI over every sampler module and DataModule.
 
-    lit-bayes fit -c recipes/xor_sgld.yaml          # sample, then test; writes summary.json
-    lit-bayes fit -c recipes/xor_sgld.yaml --wandb false
-    lit-bayes test -c recipes/xor_sgld.yaml --ckpt_path runs/.../last.ckpt
+    lit-bayes fit -c recipes/main.yaml          # sample, then test; writes summary.json
+    lit-bayes fit -c recipes/main.yaml --wandb false --strict true
+    lit-bayes test -c recipes/main.yaml --ckpt_path runs/.../last.ckpt
     lit-bayes predict -c runs/.../version_0/config.yaml   # writes version_0/predictions.safetensors
 
 Every run logs to a CSV logger (its directory ``<default_root_dir>/version_<n>`` holds
@@ -32,6 +32,7 @@ import torch
 from jsonargparse.typing import PositiveInt
 from lightning.pytorch import LightningDataModule
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
@@ -72,6 +73,8 @@ class LitBayesCLI(LightningCLI):
         parser.add_argument("--wandb", type=bool, default=True, help="log to W&B (offline unless logged in)")
         parser.add_argument("--wandb_project", type=str, default="lit-bayes", help="W&B project name")
         parser.add_argument("--test_after_fit", type=bool, default=True, help="run the test set after fit")
+        parser.add_argument("--progress_every", type=PositiveInt, default=50,
+                            help="redraw the progress bar every n training batches (and at each epoch's end)")
         parser.add_argument("--strict", type=bool, default=False,
                             help="exit with code 3 when the run's health verdict is 'failed' (after writing everything)")
         parser.add_argument(
@@ -139,7 +142,13 @@ class LitBayesCLI(LightningCLI):
                 wandb_logger._wandb_init.pop("anonymous", None)
                 loggers.append(wandb_logger)
             kwargs["logger"] = loggers
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        bar = trainer.progress_bar_callback
+        if type(bar) is TQDMProgressBar and bar.refresh_rate == 1 and config.progress_every != 1:
+            # Lightning's default bar redraws at every batch, ~10% of a run of short steps; a bar the
+            # config gives with its own refresh rate is left alone
+            trainer.callbacks[trainer.callbacks.index(bar)] = TQDMProgressBar(refresh_rate=config.progress_every)
+        return trainer
 
     def finish_wandb(self) -> None:
         """Close the W&B run so its files are complete when the command returns."""
@@ -190,11 +199,12 @@ def quiet_known_noise() -> None:
     """Drop the known-harmless messages of the dependencies from ``lit-bayes`` runs (set by the command,
     not at import, so library users keep them): Lightning's tip to install its cloud logger, its
     DataLoader-worker advice (the data sets are in-memory tensors), its zero-length-loader note (an empty
-    validation split is allowed) and the deprecation that its own pytree helper triggers in torch."""
+    validation split is allowed) and the deprecations that its own pytree and all-gather helpers trigger in torch."""
     for message, category, module in (
         (r"The '\w+' does not have many workers", PossibleUserWarning, r"lightning\.pytorch\."),
         (r"Total length of `\w+` across ranks is zero", UserWarning, r"lightning\.pytorch\.utilities\.data"),
         (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning, r"lightning\.pytorch\.utilities\._pytree"),
+        (r"torch\.distributed\.nn\.functional\.\w+ is deprecated", FutureWarning, r"lightning\.fabric\.utilities\."),
     ):
         warnings.filterwarnings("ignore", message, category, module)
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_not_litlogger_tip)

@@ -191,9 +191,10 @@ def _chain_reasons(record: RunRecord, limits: HealthThresholds) -> list[Reason]:
         worst = max(rhats, key=rhats.get)
         if rhats[worst] > limits.rhat_warn:
             severity = "failed" if rhats[worst] > limits.rhat_fail else "warning"
+            line = limits.rhat_fail if severity == "failed" else limits.rhat_warn
             reasons.append(Reason(
                 "rhat", severity,
-                f"function-space R-hat {rhats[worst]:.3f} on {worst} (above {limits.rhat_warn:g}): the chains "
+                f"function-space R-hat {rhats[worst]:.3f} on {worst} (above {line:g}): the chains "
                 "disagree about the predictive",
                 "run longer with a longer burn-in; if chains sit in separate modes, more steps alone may not help",
             ))

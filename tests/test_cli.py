@@ -72,10 +72,40 @@ def test_wandb_offline_run_holds_the_logged_metrics(tmp_path, monkeypatch):
         assert name in content, name
 
 
-def test_main_job_reaches_paper_accuracy(tmp_path):
-    """The README's main job: test accuracy >= 0.95 on noisy XOR."""
-    main(["fit", "-c", str(RECIPES / "xor_sgld.yaml"), "--trainer.default_root_dir", str(tmp_path),
+@pytest.mark.parametrize("args, rate", [([], 50), (["--progress_every", "7"], 7)])
+def test_progress_bar_redraws_every_progress_every_batches(tmp_path, args, rate):
+    from lightning.pytorch import LightningDataModule
+
+    from lit_bayes.cli import LitBayesCLI
+    from lit_bayes.samplers import SamplerModule
+
+    cli = LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+                      auto_configure_optimizers=False, run=False,
+                      args=["-c", str(RECIPES / "main.yaml"), "--wandb", "false",
+                            "--trainer.default_root_dir", str(tmp_path), *args])
+    assert cli.trainer.progress_bar_callback.refresh_rate == rate
+
+
+def test_main_job_is_ok_calibrated_and_beats_map(tmp_path):
+    """The README's main job at full size: verdict ok, test ECE <= 0.05, NLPD below the MAP baseline."""
+    main(["fit", "-c", str(RECIPES / "main.yaml"), "--trainer.default_root_dir", str(tmp_path),
           "--wandb", "false", "--trainer.enable_progress_bar", "false"])
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
-    assert summary["metrics"]["test/accuracy"] >= 0.95, summary["metrics"]
-    assert summary["metrics"]["diag/rhat_max"] > 0
+    metrics = summary["metrics"]
+    assert summary["health"]["verdict"] == "ok", summary["health"]
+    assert summary["health"]["draws_total"] == 800
+    assert metrics["test/ece"] <= 0.05, metrics
+    assert metrics["test/nlpd"] < metrics["baseline/map/test/nlpd"], metrics
+
+
+def test_strict_exits_with_3_when_the_verdict_is_failed(tmp_path, capsys):
+    """A burn-in past the run's 6 steps: nothing kept, the verdict printed, and --strict fails the command."""
+    with pytest.warns(UserWarning, match="no posterior draw will be kept"):
+        with pytest.raises(SystemExit) as stop:
+            main(["fit", "-c", str(RECIPES / "xor_sgld.yaml"), "--trainer.default_root_dir", str(tmp_path),
+                  "--wandb", "false", *TINY, "--model.init_args.burn_in", "100", "--strict", "true"])
+    assert stop.value.code == 3
+    out = capsys.readouterr().out
+    assert "Posterior health: FAILED" in out and "burn_in is 100" in out
+    summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["health"]["verdict"] == "failed"  # written before the exit

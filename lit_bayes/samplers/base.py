@@ -366,6 +366,17 @@ class SamplerModule(L.LightningModule):
             raise ValueError(f"likelihood {likelihood} models {modelled} classes but {type(datamodule).__name__} "
                              f"has num_classes={classes}")
 
+    def log_train(self, values: dict[str, Any], prog_bar: tuple[str, ...] = ()) -> None:
+        """``self.log`` the per-step training ``values``, on the steps whose logs the Trainer writes
+        (every ``log_every_n_steps``) only: Lightning's bookkeeping of one ``log`` call costs about
+        as much as a step of a small network, and values logged in between are never written.
+        The names in ``prog_bar`` are also shown in the progress bar."""
+        trainer = self._trainer
+        if trainer is not None and not trainer._logger_connector.should_update_logs:
+            return
+        for name, value in values.items():
+            self.log(name, value, prog_bar=name in prog_bar, on_step=True, on_epoch=False)
+
     def check_energy(self, energy: Tensor) -> None:
         """Raise a clear error when an SG step produced a NaN or infinite energy."""
         if not torch.isfinite(energy).all():

@@ -196,7 +196,7 @@ class BlockGibbs(SamplerModule):
         x, y = self.check_batch(batch)
         stepper = self.optimizers()
         energy = stepper.step(closure=lambda: self.block_target(x, y))  # through Lightning: global_step counts it
-        self.log("train/energy", energy.mean().float(), prog_bar=True, on_step=True, on_epoch=False)
+        self.log_train({"train/energy": energy.mean().float()}, prog_bar=("train/energy",))
         return energy.float()
 
     def acceptance_counts(self) -> dict[str, Any]:

@@ -215,10 +215,9 @@ class FeynmanKacSampler(SamplerModule):
         return loss.detach()
 
     def log_step(self, result: Reweighted, loss: Tensor) -> None:
-        self.log("train/ess", result.ess, prog_bar=True, on_step=True, on_epoch=False)
-        self.log("train/log_evidence", self.log_evidence, on_step=True, on_epoch=False)
-        self.log("train/loss", loss / self.posterior.num_data, prog_bar=True, on_step=True, on_epoch=False)
-        self.log("lr", self.learning_rate(self.global_step), on_step=True, on_epoch=False)
+        self.log_train({"train/ess": result.ess, "train/log_evidence": self.log_evidence,
+                        "train/loss": loss / self.posterior.num_data, "lr": self.learning_rate(self.global_step)},
+                       prog_bar=("train/ess", "train/loss"))
 
 
 class OHSMC(FeynmanKacSampler):
@@ -294,5 +293,5 @@ class SGSMC(FeynmanKacSampler):
         batch_log_lik = self.point_log_likelihoods(self.particles(), x, y).sum(-1)
         loss = self.update_psi(self.optimizer_at_step(), batch_log_lik, self.log_weights.exp(), y.shape[0])
         self.log_step(result, loss)
-        self.log("train/accept", self.kernel.acceptance, on_step=True, on_epoch=False)
+        self.log_train({"train/accept": self.kernel.acceptance})
         return loss

@@ -68,5 +68,5 @@ class MAP(SamplerModule):
         energy = self.energy(self.chains.as_dict(), x, y)
         self.check_energy(energy)
         loss = energy.sum() / (self.posterior.num_data or x.shape[0])  # per-point scale for the optimiser
-        self.log("train/loss", loss.detach() / self.num_chains, prog_bar=True, on_step=True, on_epoch=False)
+        self.log_train({"train/loss": loss.detach() / self.num_chains}, prog_bar=("train/loss",))
         return loss

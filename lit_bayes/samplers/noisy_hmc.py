@@ -234,8 +234,8 @@ class IntermediateHMC(InformedStart, HMC):
 
         energy = stepper.step(closure=closure)  # through Lightning, so global_step counts it
         self.check_energy(energy)
-        self.log("step_size", stepper.optimizer.step_sizes().mean(), prog_bar=True, on_step=True, on_epoch=False)
-        self.log("train/energy", energy.mean(), prog_bar=True, on_step=True, on_epoch=False)
+        self.log_train({"step_size": stepper.optimizer.step_sizes().mean(), "train/energy": energy.mean()},
+                       prog_bar=("step_size", "train/energy"))
         return energy
 
 

@@ -98,6 +98,6 @@ class SGMCMC(SamplerModule):
         self.manual_backward(energy.sum())
         stepper.step()
         self.after_step(step)
-        self.log("step_size", step_size, prog_bar=True, on_step=True, on_epoch=False)
-        self.log("train/energy", energy.detach().mean(), prog_bar=True, on_step=True, on_epoch=False)
+        self.log_train({"step_size": step_size, "train/energy": energy.detach().mean()},
+                       prog_bar=("step_size", "train/energy"))
         return energy.detach()
