@@ -8,7 +8,8 @@ run of thousands of sweeps writes thousands of checkpoints of all chains (13 MB 
 whichever comes first, and always at the end of fit, so the last state of every run is on disk.
 A checkpoint is always at an epoch end, where a resumed run continues exactly
 (:mod:`lit_bayes.data.base`). Giving ``every_n_epochs``, ``every_n_train_steps`` or
-``train_time_interval`` turns the throttle off: those follow Lightning's rules.
+``train_time_interval``, or a ``monitor`` (model selection must see every validation score),
+turns the throttle off: those follow Lightning's rules.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ class RunCheckpoint(ModelCheckpoint):
         self.min_steps = check_optional_int("min_steps", min_steps, 1)
         self.min_seconds = None if min_seconds is None else check_positive("min_seconds", min_seconds)
         triggers = ("every_n_epochs", "every_n_train_steps", "train_time_interval")
-        self.throttled = all(kwargs.get(name) in (None, 0) for name in triggers)
+        self.throttled = kwargs.get("monitor") is None and all(kwargs.get(name) in (None, 0) for name in triggers)
         super().__init__(*args, **kwargs)
         self._last_write = (0, time.monotonic())  # (global step, monotonic time) of the last write
 

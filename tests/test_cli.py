@@ -63,7 +63,7 @@ def test_wandb_offline_run_holds_the_logged_metrics(tmp_path, monkeypatch):
     main(["fit", "-c", str(RECIPES / "xor_sgld.yaml"), "--trainer.default_root_dir", str(tmp_path), *TINY,
           "--trainer.log_every_n_steps", "1"])
     (run_file,) = run_dir(tmp_path).glob("wandb/offline-run-*/run-*.wandb")
-    names = (b"test/accuracy", b"test/nlpd", b"train/energy")
+    names = (b"test/accuracy", b"test/nlpd", b"train/energy", b"health/level", b"health/verdict", b"health/reasons")
     deadline = time.monotonic() + 60  # the W&B service process may still be writing the file
     while not all(n in run_file.read_bytes() for n in names) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -44,3 +44,7 @@ def test_lightning_triggers_turn_the_throttle_off(tmp_path):
 def test_bad_intervals(options, message):
     with pytest.raises(ValueError, match=message):
         RunCheckpoint(**options)
+
+
+def test_a_monitor_turns_the_throttle_off():
+    assert not RunCheckpoint(monitor="val/nlpd").throttled and RunCheckpoint().throttled

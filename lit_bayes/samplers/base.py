@@ -161,6 +161,7 @@ class SamplerModule(L.LightningModule):
         self.burn_in: int = burn_in if isinstance(burn_in, int) else 0
         self.thinning = thinning
         self._sampling_resolved = False
+        self._total_steps = 2**62  # this fit's steps (per process), known once fit starts
         self.seed = seed
         self.init = init
         self.vectorize = vectorize
@@ -232,6 +233,7 @@ class SamplerModule(L.LightningModule):
                     "set the Trainer's max_epochs or max_steps"
                 )
             total = int(total) if math.isfinite(total) else 2**62
+            self._total_steps = total
             self.burn_in, self.thinning = sampling_steps(total, self.burn_in_setting, self.thinning, self.num_draws)
             self._sampling_resolved = True
             if self.burn_in >= total:
@@ -368,11 +370,13 @@ class SamplerModule(L.LightningModule):
 
     def log_train(self, values: dict[str, Any], prog_bar: tuple[str, ...] = ()) -> None:
         """``self.log`` the per-step training ``values``, on the steps whose logs the Trainer writes
-        (every ``log_every_n_steps``) only: Lightning's bookkeeping of one ``log`` call costs about
-        as much as a step of a small network, and values logged in between are never written.
-        The names in ``prog_bar`` are also shown in the progress bar."""
+        (every ``log_every_n_steps``) and the last steps of the run only: Lightning's bookkeeping of
+        one ``log`` call costs about as much as a step of a small network, and values logged in
+        between are never written. The last steps give ``summary.json`` the final values. The
+        names in ``prog_bar`` are also shown in the progress bar."""
         trainer = self._trainer
-        if trainer is not None and not trainer._logger_connector.should_update_logs:
+        final = self.global_step >= self._total_steps - 1
+        if trainer is not None and not final and not trainer._logger_connector.should_update_logs:
             return
         for name, value in values.items():
             self.log(name, value, prog_bar=name in prog_bar, on_step=True, on_epoch=False)
