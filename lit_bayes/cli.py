@@ -197,7 +197,8 @@ class LitBayesCLI(LightningCLI):
 
 def quiet_known_noise() -> None:
     """Drop the known-harmless messages of the dependencies from ``lit-bayes`` runs (set by the command,
-    not at import, so library users keep them): Lightning's tip to install its cloud logger, its
+    not at import, so library users keep them): Lightning's tip to install its cloud logger, its note
+    that it loads the training loader to count the run's steps (the sampler does, for its burn-in), its
     DataLoader-worker advice (the data sets are in-memory tensors), its zero-length-loader note (an empty
     validation split is allowed) and the deprecations that its own pytree and all-gather helpers trigger in torch."""
     for message, category, module in (
@@ -207,12 +208,12 @@ def quiet_known_noise() -> None:
         (r"torch\.distributed\.nn\.functional\.\w+ is deprecated", FutureWarning, r"lightning\.fabric\.utilities\."),
     ):
         warnings.filterwarnings("ignore", message, category, module)
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_not_litlogger_tip)
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_not_known_info)
 
 
-def _not_litlogger_tip(record: logging.LogRecord) -> bool:
-    """A logging filter passing every record but Lightning's tip to install ``litlogger``."""
-    return "litlogger" not in str(record.msg)
+def _not_known_info(record: logging.LogRecord) -> bool:
+    """A logging filter passing every record but Lightning's ``litlogger`` tip and step-count note."""
+    return not any(noise in str(record.msg) for noise in ("litlogger", "to estimate number of stepping batches"))
 
 
 def library_error(error: BaseException) -> BaseException | None:

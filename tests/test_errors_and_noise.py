@@ -130,7 +130,7 @@ def test_library_error_finds_the_library_report_and_leaves_bugs_alone():
         assert library_error(foreign) is None
 
 
-KNOWN_NOISE = ["litlogger", "anonymous setting", "Previous log files", "LeafSpec", "Total length of",
+KNOWN_NOISE = ["litlogger", "estimate number of stepping batches", "anonymous setting", "Previous log files", "LeafSpec", "Total length of",
                "does not have many workers"]
 
 
