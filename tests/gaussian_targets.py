@@ -1,4 +1,4 @@
-"""Targets with known posteriors and ESS-derived tolerances for the statistical tests."""
+"""Targets with known posteriors, ESS-derived tolerances and HMC chains on them, for the statistical tests."""
 from __future__ import annotations
 
 import math
@@ -8,6 +8,7 @@ from scipy import stats
 from torch import Tensor
 
 from lit_bayes.diagnostics import ess_bulk
+from lit_bayes.steppers.hmc import HMCStepper
 
 Z = 4.0  # tolerance in standard errors (seeds are fixed, so a pass is deterministic)
 
@@ -60,3 +61,24 @@ def assert_gaussian_draws(draws, mean, cov):
         assert stats.kstest(white[:, j].numpy(), stats.norm.cdf).pvalue > KS_P_MIN
     emp = white.T @ white / len(white)
     assert (emp - torch.eye(len(cov), dtype=emp.dtype)).abs().max() < 4.5 * math.sqrt(2 / len(white))
+
+
+def hmc_chains(mean: Tensor, cov: Tensor, start: Tensor, steps: int, energy_fn=None, **options):
+    """``HMCStepper(**options)`` chains from ``start`` ``(chains, d)`` on N(mean, cov) (or on
+    ``energy_fn(theta)``, per chain), generator seeded 0: the trace ``(chains, steps, d)`` and the stepper."""
+    precision = torch.linalg.inv(cov).float()
+    theta = start.clone().requires_grad_()
+    stepper = HMCStepper([theta], generator=torch.Generator().manual_seed(0), **options)
+
+    def closure():
+        stepper.zero_grad()
+        centred = theta - mean.float()
+        energy = energy_fn(theta) if energy_fn else 0.5 * ((centred @ precision) * centred).sum(1)
+        energy.sum().backward()
+        return energy.detach()
+
+    draws = []
+    for _ in range(steps):
+        stepper.step(closure)
+        draws.append(theta.detach().clone())
+    return torch.stack(draws, 1), stepper

@@ -12,7 +12,8 @@ from lit_bayes.data import LinearRegression
 from lit_bayes.data.base import EpochBatchSampler
 from lit_bayes.diagnostics import ess_bulk
 from lit_bayes.steppers.hmc import HMCStepper
-from tests.gaussian_targets import assert_matches_gaussian, conjugate_linear_regression, correlated_gaussian
+from tests.gaussian_targets import (assert_matches_gaussian, conjugate_linear_regression, correlated_gaussian,
+                                   hmc_chains)
 
 
 @pytest.mark.slow
@@ -39,22 +40,9 @@ def test_psgld_default_options_reach_the_conjugate_posterior_from_prior_draws(tm
 def run_hmc(lr, num_leapfrog, steps, num_chains=8, target=None, **jitter):
     """HMC/MALA stepper chains on N(mean, cov) (default: the isotropic 2-D standard normal)."""
     mean, cov = target if target is not None else (torch.zeros(2, dtype=torch.float64), torch.eye(2, dtype=torch.float64))
-    precision = torch.linalg.inv(cov).float()
-    theta = torch.randn(num_chains, 2, generator=torch.Generator().manual_seed(1)).requires_grad_()
-    stepper = HMCStepper([theta], lr=lr, num_leapfrog=num_leapfrog, generator=torch.Generator().manual_seed(0), **jitter)
-
-    def closure():
-        stepper.zero_grad()
-        centred = theta - mean.float()
-        energy = 0.5 * ((centred @ precision) * centred).sum(1)
-        energy.sum().backward()
-        return energy.detach()
-
-    draws = []
-    for _ in range(steps):
-        stepper.step(closure)
-        draws.append(theta.detach().clone())
-    return torch.stack(draws, 1), mean, cov
+    start = torch.randn(num_chains, 2, generator=torch.Generator().manual_seed(1))
+    trace, _ = hmc_chains(mean, cov, start, steps, lr=lr, num_leapfrog=num_leapfrog, **jitter)
+    return trace, mean, cov
 
 
 def test_hmc_jitter_breaks_a_resonant_path_length_and_keeps_the_target():

@@ -7,29 +7,14 @@ from torch import nn
 from lit_bayes import HMC, MALA, Gaussian, GaussianPrior
 from lit_bayes.callbacks import AcceptanceMonitor, PosteriorSamples
 from lit_bayes.data import LinearRegression
-from lit_bayes.steppers.hmc import HMCStepper
-from tests.gaussian_targets import assert_matches_gaussian, conjugate_linear_regression, correlated_gaussian
+from tests.gaussian_targets import assert_matches_gaussian, conjugate_linear_regression, correlated_gaussian, hmc_chains
 
 
 def run_stepper(num_leapfrog, lr, steps, adapt_steps=0, num_chains=8, energy_fn=None):
     mean, cov = correlated_gaussian()
-    precision = torch.linalg.inv(cov).float()
-    theta = torch.zeros(num_chains, 2, requires_grad=True)
-    stepper = HMCStepper([theta], lr=lr, num_leapfrog=num_leapfrog, adapt_steps=adapt_steps,
-                         generator=torch.Generator().manual_seed(0))
-
-    def closure():
-        stepper.zero_grad()
-        centred = theta - mean.float()
-        energy = energy_fn(theta) if energy_fn else 0.5 * ((centred @ precision) * centred).sum(1)
-        energy.sum().backward()
-        return energy.detach()
-
-    draws = []
-    for _ in range(steps):
-        stepper.step(closure)
-        draws.append(theta.detach().clone())
-    return torch.stack(draws, 1), stepper, mean, cov
+    trace, stepper = hmc_chains(mean, cov, torch.zeros(num_chains, 2), steps, energy_fn, lr=lr,
+                                num_leapfrog=num_leapfrog, adapt_steps=adapt_steps)
+    return trace, stepper, mean, cov
 
 
 @pytest.mark.parametrize("num_leapfrog, lr", [(1, 0.5), (5, 0.3)])  # MALA, HMC
