@@ -34,18 +34,19 @@ class RunHealth(Callback):
     which writes it as the ``health`` block of ``summary.json``. ``lit-bayes fit --strict true``
     exits non-zero on ``failed``.
 
-    Args: the thresholds of :class:`lit_bayes.health.HealthThresholds`, and ``print_report``.
+    Args: the thresholds of :class:`lit_bayes.health.HealthThresholds` (flat, as ``lit-bayes`` options;
+    its defaults), and ``print_report``.
     """
 
     def __init__(
         self,
-        rhat_warn: float = 1.01,
-        rhat_fail: float = 1.05,
-        min_ess: float = 100.0,
-        trend_p: float = 1e-3,
-        mode_sd: float = 3.0,
-        acceptance_band: tuple[float, float] = (0.1, 0.95),
-        divergence_sd: float = 10.0,
+        rhat_warn: float = HealthThresholds.rhat_warn,
+        rhat_fail: float = HealthThresholds.rhat_fail,
+        min_ess: float = HealthThresholds.min_ess,
+        trend_p: float = HealthThresholds.trend_p,
+        mode_sd: float = HealthThresholds.mode_sd,
+        acceptance_band: tuple[float, float] = HealthThresholds.acceptance_band,
+        divergence_sd: float = HealthThresholds.divergence_sd,
         print_report: bool = True,
     ) -> None:
         self.thresholds = HealthThresholds(rhat_warn, rhat_fail, min_ess, trend_p, mode_sd, tuple(acceptance_band),

@@ -49,7 +49,7 @@ from lit_bayes.callbacks import (
     UncertaintyMetrics,
 )
 from lit_bayes.samplers import SamplerModule
-from lit_bayes.run_loading import KeptDraws, concat_predictives, read_kept_draws, run_directory, save_predictions
+from lit_bayes.run_loading import KeptDraws, concat_predictives, run_directory, save_predictions
 from lit_bayes.strategy import ChainParallel  # registers the "chain_parallel" strategy name
 
 __all__ = ["ChainParallel", "LitBayesCLI", "fit_and_test", "last_checkpoint", "main", "run_summary", "wandb_logged_in"]
@@ -172,14 +172,11 @@ class LitBayesCLI(LightningCLI):
         self.finish_wandb()
 
     def before_predict(self) -> None:
-        """Predict over the draws the run kept, read back from its checkpoint or disk store
-        (:class:`KeptDraws`) in place of this command's empty ``PosteriorSamples``."""
+        """Predict over the draws the run kept: :class:`KeptDraws` takes the place of this command's
+        empty ``PosteriorSamples`` and reads them when Lightning restores the checkpoint."""
         ckpt_path = self.config.predict.ckpt_path
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-        kept = read_kept_draws(checkpoint, run_directory(ckpt_path), self.config.predict.get("samples"))
         self.trainer.callbacks[:] = [c for c in self.trainer.callbacks if not isinstance(c, PosteriorSamples)]
-        if kept is not None:
-            self.trainer.callbacks.append(KeptDraws(*kept))
+        self.trainer.callbacks.append(KeptDraws(run_directory(ckpt_path), self.config.predict.get("samples")))
 
     def after_predict(self) -> None:
         """Write the predictions to ``<run_dir>/predictions.safetensors`` and say where."""

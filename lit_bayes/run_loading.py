@@ -59,20 +59,17 @@ def _instantiate(section: str, base: type, value: dict) -> Any:
     return parser.instantiate_classes(config)[section]
 
 
-def read_kept_draws(checkpoint: dict, run_dir: str | os.PathLike, samples_config: dict | None = None
+def read_kept_draws(state: dict, run_dir: str | os.PathLike, samples_config: dict | None = None
                     ) -> tuple[Tensor, Tensor] | None:
     """The draws a run's :class:`PosteriorSamples` kept, as flat ``(draws, P)`` parameter vectors
     (chain-major, the order of :meth:`PosteriorSamples.samples`) with normalised log-weights;
-    ``None`` when the run kept none.
+    ``None`` when the run kept none. ``state`` is the callback's state in the run's checkpoint.
 
-    A memory store is read from the checkpoint. A disk store is read from its shards'
+    A memory store is read from that state. A disk store is read from its shards'
     ``index.json`` (``samples_config["directory"]``, default ``<run_dir>/samples``), which also
     lists the shard written after the last checkpoint; with several processes, from each
     ``rank_<r>`` folder, every process weighted equally as in the run. A multi-process run with a
     memory store checkpoints the draws of process 0 only."""
-    state = checkpoint.get("callbacks", {}).get(SAMPLES_STATE_KEY)
-    if state is None:
-        return None
     if state["mode"] == "memory":
         draws = state["store"]["buffer"]
         if draws is None:
@@ -89,23 +86,29 @@ def read_kept_draws(checkpoint: dict, run_dir: str | os.PathLike, samples_config
 
 
 class KeptDraws(Callback):
-    """Holds draws read back from a finished run (:func:`read_kept_draws`) and hands them to
-    :func:`lit_bayes.predictive.posterior_samples`, as :class:`PosteriorSamples` does in the run."""
+    """The draws of a finished run in ``run_dir``, read back (:func:`read_kept_draws`) when its
+    checkpoint restores the state of the run's :class:`PosteriorSamples` (whose place this callback
+    takes), and handed to :func:`lit_bayes.predictive.posterior_samples` as that callback did.
+    ``samples_config``: the run's ``samples`` config section (where a disk store wrote)."""
 
-    def __init__(self, flat: Tensor, log_weights: Tensor) -> None:
-        self.flat = flat
-        self.log_weights = log_weights
+    def __init__(self, run_dir: str | os.PathLike, samples_config: dict | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.samples_config = samples_config
+        self.kept: tuple[Tensor, Tensor] | None = None
 
     @property
     def state_key(self) -> str:
-        return SAMPLES_STATE_KEY  # takes the place of the run's PosteriorSamples when a checkpoint is restored
+        return SAMPLES_STATE_KEY
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Nothing to restore: the draws were read when this callback was made."""
+        self.kept = read_kept_draws(state_dict, self.run_dir, self.samples_config)
 
-    def samples(self, pl_module) -> tuple[dict[str, Tensor], Tensor]:
-        flat = self.flat.to(pl_module.device)
-        return pl_module.chains.unflatten(flat), self.log_weights.to(flat.device)
+    def samples(self, pl_module) -> tuple[dict[str, Tensor], Tensor] | None:
+        """The draws as named ``(S, ...)`` tensors with their log-weights; ``None`` when the run kept none."""
+        if self.kept is None:
+            return None
+        flat = self.kept[0].to(pl_module.device)
+        return pl_module.chains.unflatten(flat), self.kept[1].to(flat.device)
 
 
 def concat_predictives(parts: list[Predictive]) -> Predictive:
@@ -207,7 +210,11 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
     if module.predict_with_current_state or not module.keeps_draws:
         samples, log_weights = module.current_samples()
     else:
-        kept = read_kept_draws(state, run_dir, config.get("samples"))
+        draws = KeptDraws(run_dir, config.get("samples"))
+        callback_state = state.get("callbacks", {}).get(SAMPLES_STATE_KEY)
+        if callback_state is not None:
+            draws.load_state_dict(callback_state)
+        kept = draws.samples(module)
         if kept is None:
             burn_in = config["model"].get("init_args", {}).get("burn_in")
             raise ValueError(
@@ -215,5 +222,5 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
                 f"{state.get('global_step')}, burn_in {burn_in}): fit with a burn-in below the run's steps and the "
                 "PosteriorSamples callback (the `samples` config section)"
             )
-        samples, log_weights = KeptDraws(*kept).samples(module)
+        samples, log_weights = kept
     return RunPosterior(module, samples, log_weights, config, run_dir)
