@@ -21,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from lit_bayes.diagnostics import split_rhat
+from lit_bayes.noisy_energy import JointDensity
 from lit_bayes.validation import check_int, check_interval
 
 __all__ = ["ThermalizationCheck"]
@@ -68,9 +69,8 @@ class ThermalizationCheck(Callback):
 
     - the test MSE against the teacher's noiseless test outputs, (1/n_test) sum_mu (f(x_mu, W*) - f(x_mu, W))^2
       (spec §3, §4 "observable used throughout");
-    - the score statistic U = Delta_Z / (d_1 d_2) sum_{i,a} d log P / d W^(1)_{ai}, with
-      Delta_Z grad_{W^(1)} log P = (Z^(2) - X W^(1)T - 1 b^(1)T)^T X - Delta_Z lambda_W W^(1)
-      (spec §4, App. B.3; Z^(2) = y for a one-layer regression network);
+    - the score statistic U = Delta_Z / (d_1 d_2) sum_{i,a} d log P / d W^(1)_{ai} of the sampler's joint
+      (spec §4, App. B.3; :meth:`lit_bayes.noisy_energy.JointDensity.score`);
     - the noiseless outputs at the first ``rhat_points`` test points (psi of App. A, permutation
       invariant, spec §8 item 7), for R-hat over blocks of ``rhat_block`` records (the paper: 50).
 
@@ -160,6 +160,7 @@ class ThermalizationCheck(Callback):
         self._train: tuple[Tensor, Tensor] | None = None
         self._reference: tuple[Tensor, Tensor] | None = None  # informed_run's (steps (R,), test MSE (I, R))
         self._data_key = torch.zeros(0, dtype=torch.float64)  # teacher test outputs, then the training set's sums
+        self._joint: JointDensity | None = None  # the sampler's target, for the score
 
     # ------------------------------------------------------------------ setup
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -182,6 +183,8 @@ class ThermalizationCheck(Callback):
                 raise ValueError(f"the teacher's {attribute} ({getattr(teacher, attribute)!r}) differs from the "
                                  f"sampler model's ({getattr(student, attribute)!r})")
         mismatched = [a for a in MATCHED if getattr(teacher, a) != getattr(student, a)]
+        if pl_module.posterior.temperature != 1.0:
+            mismatched.append("temperature")
         if mismatched or getattr(datamodule, "noiseless_labels", False):
             rank_zero_warn(f"the teacher's {mismatched or 'labels (noiseless)'} differ from the posterior's: the "
                            "informed start is only approximately an equilibrium sample (spec §8 item 5)")
@@ -223,18 +226,9 @@ class ThermalizationCheck(Callback):
     # ---------------------------------------------------------------- records
     @torch.no_grad()
     def _score_statistic(self, pl_module) -> Tensor:
-        """U of every chain (spec §4, App. B.3)."""
+        """U of every chain (spec §4, App. B.3): :meth:`lit_bayes.noisy_energy.JointDensity.score`."""
         inputs, targets = self._train
-        model = pl_module.model
-        params = pl_module.chains.as_dict()
-        weight, bias = params["net.layers.0.weight"], params.get("net.layers.0.bias")
-        latents = pl_module.latents.as_dict()
-        above = latents["z2"] if "z2" in latents else targets.to(weight.dtype).reshape(1, -1, 1)
-        residual = above - inputs @ weight.mT
-        if bias is not None:
-            residual = residual - bias.unsqueeze(-2)
-        gradient = residual.mT @ inputs - model.delta_z[0] * model.prior_precision[0] * weight
-        return gradient.sum((-2, -1)) / weight[0].numel()
+        return self._joint.score(pl_module.chains.as_dict(), pl_module.latents.as_dict(), inputs, targets)
 
     @torch.no_grad()
     def _record(self, trainer, pl_module) -> None:
@@ -274,6 +268,7 @@ class ThermalizationCheck(Callback):
         inputs, targets, _ = pl_module.sweep_inputs(tuple(t.to(pl_module.device)
                                                           for t in trainer.datamodule.train_data.tensors))
         self._train = (inputs, targets)
+        self._joint = JointDensity(pl_module.model, pl_module.posterior.temperature)
         if not self._steps:  # not resumed: record the start (the informed chains at the teacher, MSE 0)
             self._record(trainer, pl_module)
 

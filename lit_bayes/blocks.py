@@ -19,6 +19,9 @@ order. Constructors:
 - :func:`random_partition`: i.i.d. uniform block ids (spec §4, App. G "random").
 - :func:`fully_factorised`: every scalar its own block.
 - :func:`user_partition`: any block id per parameter.
+
+:func:`make_partition` builds any of them by name, as the samplers' ``blocks`` / ``partition``
+arguments give it.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ __all__ = [
     "finer_node_partition",
     "fully_factorised",
     "layer_partition",
+    "make_partition",
     "modulo_partition",
     "node_partition",
     "random_partition",
@@ -250,3 +254,50 @@ def user_partition(block_ids: Sequence[int] | Tensor, num_params: int) -> Partit
     if ids.numel() and (ids.min() < 0 or set(ids.unique().tolist()) != set(range(int(ids.max()) + 1))):
         raise ValueError("block_ids must use every id 0..M-1 (no gaps, no negatives)")
     return _unlabelled(ids, int(ids.max()) + 1)
+
+
+KINDS = ("layer", "node", "finer_node", "modulo", "random", "fully_factorised", "user")
+
+
+def make_partition(
+    kind: str,
+    shapes: Shapes,
+    allowed: Sequence[str] = KINDS,
+    argument: str = "partition",
+    beta: int | Sequence[int] | None = None,
+    max_block_size: int | None = None,
+    subblock_size: int | Sequence[int | None] | None = None,
+    num_groups: int | None = None,
+    group_ids: Sequence[int] | Tensor | None = None,
+    seed: int = 0,
+) -> Partition:
+    """The partition named ``kind`` (one of ``allowed``, the sampler's argument ``argument``) of flat
+    parameters shaped ``shapes``: ``beta``, ``max_block_size`` and ``subblock_size`` go with
+    ``"finer_node"``, ``num_groups`` with ``"modulo"`` and ``"random"`` (``seed`` too), ``group_ids``
+    with ``"user"``; an option given to another kind is an error naming it."""
+    if kind not in allowed:
+        raise ValueError(f"{argument} must be one of {', '.join(allowed)}, got {kind!r}")
+    finer = {"beta": beta, "max_block_size": max_block_size, "subblock_size": subblock_size}
+    given = [name for name, value in finer.items() if value is not None]
+    if given and kind != "finer_node":
+        raise ValueError(f"{', '.join(given)} only apply to {argument}='finer_node', got {argument}={kind!r}")
+    wants_groups = kind in ("modulo", "random")
+    if wants_groups and num_groups is None:
+        raise ValueError(f"{argument}={kind!r} needs num_groups (the number of groups M), got None")
+    if not wants_groups and num_groups is not None:
+        raise ValueError(f"num_groups is only used by {argument} 'modulo' or 'random', got {num_groups!r} "
+                         f"with {argument}={kind!r}")
+    if (kind == "user") != (group_ids is not None):
+        raise ValueError(f"group_ids (one group id per flat parameter) goes with {argument}='user' and only with "
+                         f"it; got {argument}={kind!r} and group_ids {'set' if group_ids is not None else 'None'}")
+    num_params = sum(_numel(s) for s in shapes.values())
+    builders = {
+        "layer": lambda: layer_partition(shapes),
+        "node": lambda: node_partition(shapes),
+        "finer_node": lambda: finer_node_partition(shapes, **finer),
+        "modulo": lambda: modulo_partition(num_params, num_groups),
+        "random": lambda: random_partition(num_params, num_groups, seed),
+        "fully_factorised": lambda: fully_factorised(num_params),
+        "user": lambda: user_partition(group_ids, num_params),
+    }
+    return builders[kind]()

@@ -7,7 +7,8 @@ and with a CUDA build of torch that question tries to load NVML each time; where
 ``libnvidia-ml`` is missing, every step pays a failed ``dlopen`` and its fallback (~0.1 ms on
 the 2-core CPU machines, a tenth of an OHSMC step). Without that library there is no NVIDIA
 GPU and no CUDA context to poison a fork, so the NVML route is switched off there; machines
-with a driver keep Lightning's setting.
+with a driver keep Lightning's setting. Samplers switch it off while they are set up
+(``SamplerModule.setup``) and back on at ``teardown``; importing lit_bayes changes nothing.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import sys
 
 import torch
 
-__all__ = ["skip_nvml_probe_without_driver"]
+__all__ = ["restore_nvml_probe", "skip_nvml_probe_without_driver"]
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 
@@ -34,3 +35,9 @@ def skip_nvml_probe_without_driver() -> bool:
         del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
         return True
     return False
+
+
+def restore_nvml_probe() -> None:
+    """Set ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` again, as Lightning left it, after
+    :func:`skip_nvml_probe_without_driver` unset it."""
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"

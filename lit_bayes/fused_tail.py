@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_bayes import logspace
-from lit_bayes.incremental import LinearStack
+from lit_bayes.linear_stack import LinearStack
 from lit_bayes.posterior import Likelihood
 from lit_bayes.validation import check_int
 

@@ -5,9 +5,11 @@ A Metropolis-within-Gibbs step of block q (FNBG spec §2.1, Prop. 1 of [000], Eq
 
     U(theta) = -(s * sum_{i in batch} log p(y_i | x_i, theta) + log pi(theta)) / T,
 
-s = 1 (the paper's raw batch sum) or N/B, T the temperature. The prior is Gaussian
-(``GaussianPrior``), so its change is the block's own:
-log pi(theta*_q) - log pi(theta_q) = -sum_{i in q} ((theta*_i)^2 - theta_i^2) / (2 v_i).
+s = 1 (the paper's raw batch sum) or N/B, T the temperature: both parts come from the energy
+layer, :class:`lit_bayes.posterior.Posterior` (``likelihood_energy``, ``prior_energy``). The prior
+factorises over the parameters, so its change is the block's own,
+log pi(theta*_q) - log pi(theta_q) (:meth:`lit_bayes.posterior.FlatPrior.change`; for a Gaussian
+prior -sum_{i in q} ((theta*_i)^2 - theta_i^2) / (2 v_i)).
 
 A target holds the state of every chain, ``(C, P)`` in ``ChainState.flat`` order, and its
 energy on the batch. ``propose(q, step)`` evaluates every chain's proposal at once and
@@ -29,7 +31,6 @@ Energies are sums in float64 (spec §8 item 16).
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -38,6 +39,8 @@ import torch
 from torch import Tensor, nn
 
 from lit_bayes.blocks import Partition
+from lit_bayes.linear_stack import LinearStack
+from lit_bayes.posterior import FlatPrior, Posterior
 
 if TYPE_CHECKING:
     from lit_bayes.fused_tail import FusedTail
@@ -47,87 +50,11 @@ __all__ = [
     "BlockTarget",
     "FullForwardTarget",
     "IncrementalTarget",
-    "LinearLayer",
-    "LinearStack",
     "block_plans",
-    "linear_stack",
 ]
 
-ELEMENTWISE = (nn.Sigmoid, nn.Tanh, nn.ReLU, nn.GELU, nn.ELU, nn.LeakyReLU, nn.SiLU, nn.Softplus, nn.Identity)
 # activations written into a given tensor (the others allocate their result)
 WRITES_OUT = {nn.Sigmoid: torch.sigmoid, nn.Tanh: torch.tanh}
-
-
-@dataclass(frozen=True)
-class LinearLayer:
-    """Where one ``nn.Linear`` lives in the flat parameter vector."""
-
-    weight: slice  # row-major (out_features, in_features)
-    bias: slice | None
-    out_features: int
-    in_features: int
-
-    def weights(self, state: Tensor) -> Tensor:
-        """This layer's weights in every chain's flat state ``(C, P)``: ``(C, out, in)``, a view."""
-        return state[:, self.weight].view(-1, self.out_features, self.in_features)
-
-    def biases(self, state: Tensor) -> Tensor | None:
-        """This layer's biases in every chain's flat state: ``(C, out)``, a view (None without bias)."""
-        return None if self.bias is None else state[:, self.bias]
-
-
-@dataclass(frozen=True)
-class LinearStack:
-    """An MLP as the incremental path sees it: linear layers with an elementwise activation
-    after every one but the last, inputs flattened when ``flatten`` and of more than 2 dims."""
-
-    layers: tuple[LinearLayer, ...]
-    activations: tuple[nn.Module, ...]
-    flatten: bool
-
-
-def _stack_modules(model: nn.Module) -> tuple[list[nn.Linear], list[nn.Module], bool] | None:
-    from lit_bayes.models.mlp import MLP
-
-    if isinstance(model, nn.Linear):
-        return [model], [], False
-    if isinstance(model, MLP):
-        return list(model.layers), [model.activation] * (len(model.layers) - 1), True
-    if isinstance(model, nn.Sequential):
-        mods = list(model)
-        flatten = bool(mods) and isinstance(mods[0], nn.Flatten)
-        mods = mods[1:] if flatten else mods
-        linears, acts = mods[0::2], mods[1::2]
-        if linears and all(isinstance(m, nn.Linear) for m in linears) and len(acts) == len(linears) - 1 \
-                and all(isinstance(a, ELEMENTWISE) for a in acts):
-            inplace = [type(a).__name__ for a in acts if getattr(a, "inplace", False)]
-            if inplace:  # they would overwrite the cached pre-activations
-                raise ValueError(f"incremental evaluation needs out-of-place activations, got inplace=True {inplace}")
-            return linears, acts, flatten
-    return None
-
-
-def linear_stack(model: nn.Module) -> LinearStack:
-    """Describe ``model`` (an ``nn.Linear``, a ``lit_bayes.models.MLP`` or an ``nn.Sequential``
-    of ``nn.Linear`` layers and elementwise activations) by flat offsets of its parameters,
-    in ``model.named_parameters()`` order."""
-    found = _stack_modules(model)
-    if found is None:
-        raise ValueError(
-            f"incremental evaluation needs an nn.Linear, a lit_bayes.models.MLP or an nn.Sequential of nn.Linear "
-            f"layers and elementwise activations, got {type(model).__name__}; pass incremental=False"
-        )
-    linears, acts, flatten = found
-    offsets, start = {}, 0
-    for p in model.parameters():
-        offsets[id(p)] = slice(start, start + p.numel())
-        start += p.numel()
-    layers = tuple(
-        LinearLayer(offsets[id(m.weight)], None if m.bias is None else offsets[id(m.bias)], m.out_features,
-                    m.in_features)
-        for m in linears
-    )
-    return LinearStack(layers, tuple(acts), flatten)
 
 
 @dataclass(frozen=True)
@@ -192,12 +119,11 @@ class BlockTarget:
     and ``_commit_likelihood(accept)``.
     """
 
-    def __init__(self, plans: list[BlockPlan], prior_variances: Tensor, scale: float, temperature: float) -> None:
+    def __init__(self, plans: list[BlockPlan], posterior: Posterior, prior: FlatPrior, batch_size: int) -> None:
         self.plans = plans
-        self.inv_var = 1.0 / prior_variances.double()
-        self.log_norm = 0.5 * float(torch.log(2 * math.pi * prior_variances.double()).sum())
-        self.scale = scale
-        self.temperature = temperature
+        self.posterior = posterior
+        self.prior = prior
+        self.batch_size = batch_size
         self.state: Tensor | None = None
         self.likelihood_energy: Tensor | None = None
         self.prior_energy: Tensor | None = None
@@ -222,7 +148,7 @@ class BlockTarget:
 
     def energy_of(self, total: Tensor) -> Tensor:
         """Likelihood energy of summed log-likelihoods ``(C,)`` float64."""
-        return -self.scale * total / self.temperature
+        return self.posterior.likelihood_energy(total, self.batch_size)
 
     def current(self, block: int) -> Tensor:
         """The current values of ``block`` in every chain, ``(C, size)``."""
@@ -234,8 +160,7 @@ class BlockTarget:
         self.state = state
         self._pending = None
         self.likelihood_energy = self._reset_likelihood(state)
-        sq = state.double().square() * self.inv_var
-        self.prior_energy = (0.5 * sq.sum(1) + self.log_norm) / self.temperature
+        self.prior_energy = self.posterior.prior_energy(self.prior.log_density(state))
         return self.energy
 
     def propose(self, block: int, step: Tensor) -> Tensor:
@@ -243,9 +168,7 @@ class BlockTarget:
         plan = self.plans[block]
         current = self.state[:, plan.members]
         values = current + step
-        # theta*^2 - theta^2 = step (theta* + theta): no cancellation between two squares
-        change = (step * (values + current)).double() * self.inv_var[plan.members]
-        prior = self.prior_energy + change.sum(1) * (0.5 / self.temperature)
+        prior = self.prior_energy + self.posterior.prior_energy(self.prior.change(plan.members, current, step))
         likelihood = self._propose_likelihood(plan, values, step)
         self._pending = (plan, values, likelihood, prior)
         return likelihood + prior
@@ -275,8 +198,8 @@ class FullForwardTarget(BlockTarget):
     ``log_likelihood(state)`` maps flat states ``(C, P)`` to per-point log-likelihoods ``(C, B)``
     on the batch (any model: the sampler passes its vmapped forward)."""
 
-    def __init__(self, plans, prior_variances, scale, temperature, log_likelihood: Callable[[Tensor], Tensor]) -> None:
-        super().__init__(plans, prior_variances, scale, temperature)
+    def __init__(self, plans, posterior, prior, batch_size, log_likelihood: Callable[[Tensor], Tensor]) -> None:
+        super().__init__(plans, posterior, prior, batch_size)
         self.log_likelihood = log_likelihood
 
     def _reset_likelihood(self, state: Tensor) -> Tensor:
@@ -305,10 +228,10 @@ class IncrementalTarget(BlockTarget):
     run of accepted blocks in one node once, when the scan leaves that node.
     """
 
-    def __init__(self, plans, prior_variances, scale, temperature, stack: LinearStack,
+    def __init__(self, plans, posterior, prior, batch_size, stack: LinearStack,
                  log_likelihood: Callable[[Tensor], Tensor], x: Tensor, fused: FusedTail | None = None,
                  target: Tensor | None = None) -> None:
-        super().__init__(plans, prior_variances, scale, temperature)
+        super().__init__(plans, posterior, prior, batch_size)
         if (fused is None) != (target is None):
             raise ValueError("fused (a FusedTail) and target (the batch targets) go together")
         self.fused, self.target = fused, target

@@ -41,9 +41,11 @@ __all__ = [
     "Bernoulli",
     "Categorical",
     "Gaussian",
+    "FlatPrior",
     "GaussianPrior",
     "Likelihood",
     "Posterior",
+    "Prior",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -232,7 +234,93 @@ class Gaussian(Likelihood):
         return -0.5 * ((target.to(mean.dtype) - mean) ** 2 / var + torch.log(var) + _LOG_2PI)
 
 
-class GaussianPrior(nn.Module):
+class Prior(nn.Module):
+    """A prior over the sampled parameters that factorises over them (one density per element).
+
+    A subclass gives :meth:`log_density` (elementwise, for the values of one named parameter)
+    and :meth:`sample` (for ``init="prior"`` and the Feynman-Kac samplers); :meth:`forward`, the
+    log prior of named, stacked parameters, and :meth:`flat`, the same over a chain's flat
+    vector block by block (FNBG's block targets), follow from them.
+    """
+
+    def log_density(self, values: Tensor, name: str) -> Tensor:
+        """log p of every element of ``values`` (any shape), which belong to parameter ``name``."""
+        raise NotImplementedError
+
+    def sample(self, params: Mapping[str, Tensor], generator: torch.Generator | None = None,
+               temperature: float = 1.0) -> dict[str, Tensor]:
+        """Draw parameters shaped like ``params`` from the prior tempered to pi^(1/T) (T = 1: the prior)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot draw samples: use another init than 'prior'")
+
+    def forward(self, params: Mapping[str, Tensor], batch_dims: int = 1) -> Tensor:
+        """Log prior of parameters whose first ``batch_dims`` dimensions index chains/samples."""
+        if not params:
+            raise ValueError("params is empty: the prior needs at least one parameter")
+        return sum(self.log_density(p.reshape(*p.shape[:batch_dims], -1), name).sum(-1) for name, p in params.items())
+
+    def flat(self, shapes: Mapping[str, Sequence[int]]) -> FlatPrior:
+        """This prior over flat vectors that hold the parameters ``shapes`` in order."""
+        return FlatPrior(self, shapes)
+
+
+class FlatPrior:
+    """A :class:`Prior` over every chain's flat parameter vector ``(C, P)`` (parameters in the
+    order of ``shapes``, as ``ChainState.flat``): the log prior of whole states and its change
+    when one block (a set of flat positions) moves. Sums in float64."""
+
+    def __init__(self, prior: Prior, shapes: Mapping[str, Sequence[int]], device: torch.device | None = None) -> None:
+        self.prior, self.shapes, self.device = prior, dict(shapes), device
+        bounds, start = [], 0
+        for name, shape in self.shapes.items():
+            size = math.prod(shape)
+            bounds.append((name, start, start + size))
+            start += size
+        self.bounds = bounds
+
+    def to(self, device: torch.device) -> FlatPrior:
+        """This prior with its tables on ``device``."""
+        return type(self)(self.prior, self.shapes, device)
+
+    def log_density(self, state: Tensor) -> Tensor:
+        """log p(theta) of every chain's state ``(C, P)``, ``(C,)`` float64."""
+        return sum(self.prior.log_density(state[:, a:b].double(), name).sum(1) for name, a, b in self.bounds)
+
+    def change(self, members: Tensor, current: Tensor, step: Tensor) -> Tensor:
+        """log p(theta*) - log p(theta) ``(C,)`` float64 when the flat positions ``members`` move
+        from ``current`` ``(C, size)`` by ``step`` (the other factors cancel)."""
+        values = current + step
+        total = None
+        for name, a, b in self.bounds:
+            inside = (members >= a) & (members < b)
+            if bool(inside.any()):
+                new, old = (self.prior.log_density(v[:, inside].double(), name) for v in (values, current))
+                term = (new - old).sum(1)
+                total = term if total is None else total + term
+        return total
+
+
+class GaussianFlatPrior(FlatPrior):
+    """:class:`GaussianPrior` over flat vectors, from a table of per-position variances: the
+    change of a block is -sum_i step_i (theta*_i + theta_i) / (2 v_i), which has no cancellation
+    between two squares."""
+
+    def __init__(self, prior: GaussianPrior, shapes: Mapping[str, Sequence[int]],
+                 device: torch.device | None = None) -> None:
+        super().__init__(prior, shapes, device)
+        variances = torch.cat([torch.full((math.prod(shape),), prior.variance_of(name), dtype=torch.float64)
+                               for name, shape in self.shapes.items()]).to(device)
+        self.inv_var = 1.0 / variances
+        self.log_norm = 0.5 * float(torch.log(2 * math.pi * variances).sum())
+
+    def log_density(self, state: Tensor) -> Tensor:
+        return -(0.5 * (state.double().square() * self.inv_var).sum(1) + self.log_norm)
+
+    def change(self, members: Tensor, current: Tensor, step: Tensor) -> Tensor:
+        values = current + step
+        return -0.5 * ((step * (values + current)).double() * self.inv_var[members]).sum(1)
+
+
+class GaussianPrior(Prior):
     """Isotropic Gaussian prior ``N(0, variance)`` per parameter, with per-group variances.
 
     ``group_variances`` maps shell-style patterns on parameter names (``"net.0.*"``,
@@ -260,6 +348,18 @@ class GaussianPrior(nn.Module):
                 return float(v)
         return self.variance
 
+    def log_density(self, values: Tensor, name: str) -> Tensor:
+        v = self.variance_of(name)
+        if math.isinf(v):
+            return torch.zeros_like(values)
+        return -0.5 * values**2 / v - 0.5 * (math.log(v) + _LOG_2PI)
+
+    def flat(self, shapes: Mapping[str, Sequence[int]]) -> GaussianFlatPrior:
+        flat = [name for name in shapes if math.isinf(self.variance_of(name))]
+        if flat:
+            raise ValueError(f"{flat[:3]} have a flat (infinite-variance) prior, which block targets cannot sample")
+        return GaussianFlatPrior(self, shapes)
+
     def forward(self, params: Mapping[str, Tensor], batch_dims: int = 1) -> Tensor:
         """Log prior of parameters whose first ``batch_dims`` dimensions index chains/samples."""
         total = None
@@ -277,13 +377,15 @@ class GaussianPrior(nn.Module):
             return p.new_zeros(p.shape[:batch_dims])  # every group flat
         return total
 
-    def sample(self, params: Mapping[str, Tensor], generator: torch.Generator | None = None) -> dict[str, Tensor]:
-        """Draw parameters shaped like ``params`` from the prior."""
+    def sample(self, params: Mapping[str, Tensor], generator: torch.Generator | None = None,
+               temperature: float = 1.0) -> dict[str, Tensor]:
+        """Draw parameters shaped like ``params`` from the prior tempered to pi^(1/T): N(0, T v)."""
         flat = [name for name in params if math.isinf(self.variance_of(name))]
         if flat:
             raise ValueError(f"cannot sample {flat[:3]} from a flat (infinite-variance) prior; use another init")
         return {
-            name: torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype) * self.variance_of(name) ** 0.5
+            name: torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
+            * (self.variance_of(name) * temperature) ** 0.5
             for name, p in params.items()
         }
 
@@ -293,7 +395,7 @@ class Posterior:
 
     Args:
         likelihood: per-point likelihood of the network outputs.
-        prior: prior over the sampled parameters.
+        prior: prior over the sampled parameters (a :class:`Prior`).
         num_data: N, the number of training points. ``None`` lets the sampler read it
             from the DataModule (``num_train``) when training starts.
         temperature: T > 0; 1 is the Bayesian posterior.
@@ -304,13 +406,15 @@ class Posterior:
     def __init__(
         self,
         likelihood: Likelihood,
-        prior: GaussianPrior,
+        prior: Prior,
         num_data: int | None = None,
         temperature: float = 1.0,
         minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",
     ) -> None:
         num_data = check_optional_int("num_data", num_data, 1)
         check_positive("temperature", temperature)
+        if not isinstance(prior, Prior):
+            raise ValueError(f"prior must be a lit_bayes.posterior.Prior (e.g. GaussianPrior), got {type(prior).__name__}")
         if minibatch_scaling not in ("rescaled", "sum"):
             raise ValueError(f"minibatch_scaling must be 'rescaled' or 'sum', got {minibatch_scaling!r}")
         self.likelihood = likelihood
@@ -331,3 +435,12 @@ class Posterior:
         """Tempered energy from per-point log-likelihoods ``(..., B)`` and log priors ``(...)``."""
         scale = self.likelihood_scale(log_lik.shape[-1])
         return -(scale * log_lik.sum(-1) + log_prior) / self.temperature
+
+    def likelihood_energy(self, total_log_lik: Tensor, batch_size: int) -> Tensor:
+        """The likelihood part of the energy, -s * sum_{i in B} log p(y_i | x_i, theta) / T, from the
+        batch's summed log-likelihoods ``total_log_lik`` (any shape)."""
+        return -self.likelihood_scale(batch_size) * total_log_lik / self.temperature
+
+    def prior_energy(self, log_prior: Tensor) -> Tensor:
+        """The prior part of the energy, -log p(theta) / T."""
+        return -log_prior / self.temperature

@@ -12,8 +12,8 @@ Launch as any Lightning DDP job, e.g. on one machine
 ``Trainer(accelerator="cpu", devices=2, strategy=ChainParallel())``; on several nodes
 ``Trainer(accelerator="gpu", devices=8, num_nodes=4, strategy=ChainParallel())`` started
 by ``torchrun`` or SLURM's ``srun`` on every node (Lightning reads the cluster
-environment). Importing ``lit_bayes`` registers the name ``"chain_parallel"``, so the CLI
-takes ``--trainer.strategy chain_parallel --trainer.devices 8 --trainer.num_nodes 4``.
+environment). Importing this module registers the name ``"chain_parallel"`` with Lightning's
+strategy registry (``lit_bayes`` imports it), so the CLI takes ``--trainer.strategy chain_parallel --trainer.devices 8 --trainer.num_nodes 4``.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 
-__all__ = ["ChainParallel", "release_process_group"]
+__all__ = ["ChainParallel", "release_process_group", "release_process_group_at_exit"]
 
 
 def release_process_group() -> None:
@@ -31,13 +31,22 @@ def release_process_group() -> None:
 
     A gloo group left to interpreter shutdown can abort a finished run's process ("terminate
     called without an active exception", exit code -6); Lightning releases the group at exit
-    for NCCL only. Importing ``lit_bayes`` registers this at exit, for ``ChainParallel`` and
-    Lightning's own ``"ddp"`` alike."""
+    for NCCL only. :func:`release_process_group_at_exit` registers it."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 
 
-atexit.register(release_process_group)
+_release_registered = False
+
+
+def release_process_group_at_exit() -> None:
+    """Register :func:`release_process_group` at exit, once per process. Every sampler calls
+    this when it is set up inside a process group (``SamplerModule.setup``), for
+    ``ChainParallel`` and Lightning's own ``"ddp"`` alike; importing ``lit_bayes`` does not."""
+    global _release_registered
+    if not _release_registered:
+        atexit.register(release_process_group)
+        _release_registered = True
 
 
 def keep_local_gradients(state, bucket):  # no annotations: DDP checks them against the real class

@@ -30,6 +30,11 @@ class MLP(nn.Module):
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.activation = ACTIVATIONS[activation]()
 
+    def linear_stack_modules(self) -> tuple[list[nn.Linear], list[nn.Module], bool]:
+        """The layers, the activations between them, and that inputs are flattened
+        (:func:`lit_bayes.linear_stack.linear_stack`)."""
+        return list(self.layers), [self.activation] * (len(self.layers) - 1), True
+
     def forward(self, x: Tensor) -> Tensor:
         h = x.flatten(1) if x.dim() > 2 else x
         for layer in self.layers[:-1]:

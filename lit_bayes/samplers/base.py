@@ -19,13 +19,16 @@ import torch
 from torch import Tensor, nn
 
 from lit_bayes.chains import ChainState, stacked_call
+from lit_bayes.cuda_probe import restore_nvml_probe, skip_nvml_probe_without_driver
 from lit_bayes.posterior import GaussianPrior, Likelihood, Posterior
 from lit_bayes.predictive import Predictive, marginal_predictive, posterior_samples, uniform_log_weights
+from lit_bayes.strategy import release_process_group_at_exit
 from lit_bayes.validation import check_int, check_interval, check_optional_int
 
 __all__ = ["SamplerModule"]
 
-_GENERATOR_KEY = "lit_bayes_generator_state"
+_GENERATORS_KEY = "lit_bayes_generators"
+_LEGACY_GENERATOR_KEYS = {"stepper": "lit_bayes_generator_state", "structure": "lit_bayes_structure_generator_state"}
 
 
 def check_burn_in(value: object) -> int | float:
@@ -117,6 +120,9 @@ class SamplerModule(L.LightningModule):
     predict_with_current_state = False
     independent_chains = True
     keeps_draws = True
+    #: the random streams, each seeded apart from the others (:meth:`stream_generator`): the
+    #: chains' initial states, the stepper's moves, initial latents, structure masks/buffer draws
+    STREAMS = {"init": 0, "stepper": 1, "latents": 2, "structure": 3}
 
     def __init__(
         self,
@@ -166,10 +172,11 @@ class SamplerModule(L.LightningModule):
         self.init = init
         self.vectorize = vectorize
         self.chains: ChainState | None = None
-        self.generator: torch.Generator | None = None
-        self._pending_generator_state: Tensor | None = None
+        self.generators: dict[str, torch.Generator] = {}  # the checkpointed streams (make_generator)
+        self._pending_generator_states: dict[str, Tensor] = {}
         self.predict_chunk_size: int | None = None  # samples per chunk in predict_step (None: sized to the batch)
         self._predict_samples: tuple[dict[str, Tensor], Tensor] | None = None
+        self._nvml_probe_skipped = False  # setup() switched torch's NVML probe off, teardown() on
 
     # ------------------------------------------------------------------ state
     def template_parameters(self) -> dict[str, Tensor]:
@@ -203,16 +210,24 @@ class SamplerModule(L.LightningModule):
         return state
 
     def setup(self, stage: str) -> None:
+        # process-wide settings for the run, made here rather than when lit_bayes is imported
+        self._nvml_probe_skipped = skip_nvml_probe_without_driver() or self._nvml_probe_skipped
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            release_process_group_at_exit()
         if self.posterior.num_data is None and self.posterior.minibatch_scaling == "rescaled":
             datamodule = getattr(self.trainer, "datamodule", None)
             num_train = getattr(datamodule, "num_train", None)
             if num_train is not None:
                 self.posterior.num_data = int(num_train)
         if self.chains is None:
-            init_gen = torch.Generator().manual_seed(rank_seed(self.seed, self.stream_rank, 0))
-            self.chains = ChainState(self.initial_state(init_gen))
+            self.chains = ChainState(self.initial_state(self.stream_generator("init", torch.device("cpu"))))
         if stage == "fit":
             self.check_model_fits_data()
+
+    def teardown(self, stage: str) -> None:
+        if self._nvml_probe_skipped:
+            restore_nvml_probe()
+            self._nvml_probe_skipped = False
 
     def resolve_sampling(self) -> tuple[int, int]:
         """Fix ``burn_in`` and ``thinning`` in steps for this fit (:func:`sampling_steps` of the
@@ -254,19 +269,33 @@ class SamplerModule(L.LightningModule):
         process return 0)."""
         return self.global_rank
 
-    def make_generator(self) -> torch.Generator:
-        """The sampler's generator on the chains' device, restored from a checkpoint if one was loaded."""
-        gen = torch.Generator(device=self.device).manual_seed(rank_seed(self.seed, self.stream_rank, 1))
-        if self._pending_generator_state is not None:
-            gen.set_state(self._pending_generator_state)
-            self._pending_generator_state = None
-        self.generator = gen
+    def stream_generator(self, stream: str, device: torch.device | None = None) -> torch.Generator:
+        """A fresh generator for one named stream of :attr:`STREAMS`, seeded from ``seed``, the
+        process's :attr:`stream_rank` and the stream, on ``device`` (default: the module's)."""
+        if stream not in self.STREAMS:
+            raise ValueError(f"unknown random stream {stream!r}; the streams are {sorted(self.STREAMS)}")
+        device = self.device if device is None else device
+        return torch.Generator(device=device).manual_seed(rank_seed(self.seed, self.stream_rank, self.STREAMS[stream]))
+
+    def make_generator(self, stream: str = "stepper") -> torch.Generator:
+        """The checkpointed generator of ``stream`` (:meth:`stream_generator`), restored from a
+        checkpoint if one was loaded; kept in :attr:`generators` and saved with every checkpoint."""
+        gen = self.stream_generator(stream)
+        pending = self._pending_generator_states.pop(stream, None)
+        if pending is not None:
+            gen.set_state(pending)
+        self.generators[stream] = gen
         return gen
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The stepper's generator (``make_generator()``), ``None`` before the stepper is built."""
+        return self.generators.get("stepper")
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["lit_bayes_sampler"] = type(self).__name__
-        if self.generator is not None:
-            checkpoint[_GENERATOR_KEY] = self.generator.get_state()
+        if self.generators:
+            checkpoint[_GENERATORS_KEY] = {name: gen.get_state() for name, gen in self.generators.items()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         saved = checkpoint.get("lit_bayes_sampler")
@@ -290,7 +319,10 @@ class SamplerModule(L.LightningModule):
                         f"checkpoint holds {name} with shape {tuple(saved_p.shape)} (chains first), "
                         f"this sampler has {tuple(p.shape)}: another model shape or num_chains"
                     )
-        self._pending_generator_state = checkpoint.get(_GENERATOR_KEY)
+        saved_generators = checkpoint.get(_GENERATORS_KEY)
+        if saved_generators is None:  # written before the named streams: one key per generator
+            saved_generators = {name: checkpoint[key] for name, key in _LEGACY_GENERATOR_KEYS.items() if key in checkpoint}
+        self._pending_generator_states = dict(saved_generators)
 
     # ---------------------------------------------------------------- energy
     def split_parameters(self, params: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

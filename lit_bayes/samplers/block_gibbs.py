@@ -15,18 +15,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from lit_bayes.blocks import Partition, finer_node_partition, layer_partition, node_partition
+from lit_bayes.blocks import Partition, make_partition
 from lit_bayes.fused_tail import FusedTail
-from lit_bayes.incremental import (
-    BlockPlan,
-    BlockTarget,
-    FullForwardTarget,
-    IncrementalTarget,
-    LinearStack,
-    block_plans,
-    linear_stack,
-)
-from lit_bayes.posterior import GaussianPrior, Likelihood
+from lit_bayes.incremental import BlockPlan, BlockTarget, FullForwardTarget, IncrementalTarget, block_plans
+from lit_bayes.linear_stack import LinearStack, linear_stack
+from lit_bayes.posterior import FlatPrior, Likelihood, Prior
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.steppers.block_metropolis import BlockMetropolis
 
@@ -82,14 +75,15 @@ class BlockGibbs(SamplerModule):
 
     Defaults follow the paper: the raw batch sum (``minibatch_scaling="sum"``) and
     initial states drawn from the prior. Only the network is sampled: the likelihood must
-    have no parameters, and the prior must be a ``GaussianPrior``.
+    have no parameters, and the prior any :class:`lit_bayes.posterior.Prior` (it factorises over
+    the parameters, so a block's prior change is its own).
     """
 
     def __init__(
         self,
         model: nn.Module,
         likelihood: Likelihood,
-        prior: GaussianPrior | None = None,
+        prior: Prior | None = None,
         blocks: Literal["layer", "node", "finer_node"] | Partition = "node",
         beta: int | Sequence[int] | None = None,
         max_block_size: int | None = None,
@@ -111,17 +105,15 @@ class BlockGibbs(SamplerModule):
         num_draws: int | None = None,
     ) -> None:
         super().__init__(
-            model, likelihood, prior, num_data, temperature, minibatch_scaling,
-            num_chains, burn_in, thinning, seed, init, vectorize,
-            num_draws=num_draws,
+            model=model, likelihood=likelihood, prior=prior, num_data=num_data, temperature=temperature,
+            minibatch_scaling=minibatch_scaling, num_chains=num_chains, burn_in=burn_in, thinning=thinning,
+            seed=seed, init=init, vectorize=vectorize, num_draws=num_draws,
         )
         if list(likelihood.parameters()):
             raise ValueError(
                 f"likelihood {type(likelihood).__name__} has parameters; BlockGibbs samples the network only "
                 "(fix them, e.g. Gaussian(learn_noise=False))"
             )
-        if not isinstance(self.prior, GaussianPrior):
-            raise ValueError(f"prior must be a lit_bayes.GaussianPrior, got {type(self.prior).__name__}")
         if not isinstance(adapt, bool):
             raise ValueError(f"adapt must be True or False, got {adapt!r}")
         shapes = {name: tuple(p.shape) for name, p in self.template_parameters().items()}
@@ -134,20 +126,18 @@ class BlockGibbs(SamplerModule):
             "adapt_steps": 0,  # the burn-in when adapt, set once the run's length fixes it
         }
         self.adapt = adapt
-        BlockMetropolis([torch.zeros(1, 1)], **self.stepper_options)  # validate now
+        BlockMetropolis.options(**self.stepper_options)  # bad options fail now, not at fit
         self.stack: LinearStack | None = linear_stack(model) if incremental else None
         if not isinstance(fused, bool) or fused and not incremental:
             raise ValueError(f"fused must be True or False and needs incremental=True, got fused={fused!r}, "
                              f"incremental={incremental!r}")
         self.fused_tail = FusedTail(self.stack, likelihood) if fused else None
-        self.prior_variances = torch.cat([torch.full((p.numel(),), self.prior.variance_of(n), dtype=torch.float64)
-                                          for n, p in self.template_parameters().items()])
-        self._layout: tuple[Any, list[BlockPlan], Tensor] | None = None
+        self.flat_prior = self.prior.flat({n: tuple(p.shape) for n, p in self.template_parameters().items()})
+        self._layout: tuple[Any, list[BlockPlan], FlatPrior] | None = None
         self.automatic_optimization = False
 
     @staticmethod
     def _partition(blocks, shapes, beta, max_block_size, subblock_size) -> Partition:
-        finer = {"beta": beta, "max_block_size": max_block_size, "subblock_size": subblock_size}
         if isinstance(blocks, Partition):
             num_params = sum(torch.Size(s).numel() for s in shapes.values())
             if blocks.num_params != num_params:
@@ -155,29 +145,21 @@ class BlockGibbs(SamplerModule):
             return blocks
         if blocks == "user partition":
             raise ValueError("this checkpoint was made with a user Partition: pass the same Partition again as blocks=")
-        if blocks not in BLOCKS:
-            raise ValueError(f"blocks must be one of {', '.join(BLOCKS)} or a Partition, got {blocks!r}")
-        if blocks != "finer_node" and any(v is not None for v in finer.values()):
-            given = [k for k, v in finer.items() if v is not None]
-            raise ValueError(f"{', '.join(given)} only apply to blocks='finer_node', got blocks={blocks!r}")
-        if blocks == "layer":
-            return layer_partition(shapes)
-        if blocks == "node":
-            return node_partition(shapes)
-        return finer_node_partition(shapes, **finer)
+        return make_partition(blocks, shapes, allowed=BLOCKS, argument="blocks", beta=beta,
+                              max_block_size=max_block_size, subblock_size=subblock_size)
 
     # --------------------------------------------------------------- sweeps
-    def layout(self) -> tuple[list[BlockPlan], Tensor]:
-        """Every block's plan and every parameter's prior variance, on the module's device (cached)."""
+    def layout(self) -> tuple[list[BlockPlan], FlatPrior]:
+        """Every block's plan and the prior over flat states, on the module's device (cached)."""
         if self._layout is None or self._layout[0] != self.device:
             plans = block_plans(self.partition, self.stack, self.device)
-            self._layout = (self.device, plans, self.prior_variances.to(self.device))
+            self._layout = (self.device, plans, self.flat_prior.to(self.device))
         return self._layout[1], self._layout[2]
 
     def block_target(self, x: Tensor, y: Tensor) -> BlockTarget:
         """The energy of every chain under single-block proposals on the batch ``(x, y)``."""
-        scale = self.posterior.likelihood_scale(x.shape[0])
-        options = (*self.layout(), scale, self.posterior.temperature)
+        plans, prior = self.layout()
+        options = (plans, self.posterior, prior, x.shape[0])
         if self.stack is not None:
             return IncrementalTarget(*options, self.stack, lambda output: self.likelihood.log_prob_(output, y), x,
                                      self.fused_tail, y if self.fused_tail is not None else None)

@@ -5,13 +5,17 @@ The model is a :class:`lit_bayes.models.PartialBNN`: J particles of its stochast
 optimiser (Adam, lr 0.01, as in the paper) on the gradient of Fisher's identity (spec Eq. 5)
 estimated on the minibatch (Eq. 6):
 
-    g = (N / M) sum_j w^j grad_psi log p(y_S | phi^j; psi),
+    g = (N / M) / T sum_j w^j grad_psi log p(y_S | phi^j; psi),
 
 with the particles and weights held constant (no gradient through moves or resampling,
-spec pitfall §8.3) and psi updated only after it was used for weighting.
+spec pitfall §8.3) and psi updated only after it was used for weighting. The algorithms
+(Algorithms 2 and 3, and what temperature T changes in them) are the steppers of
+:mod:`lit_bayes.steppers.feynman_kac`; these modules keep the state (particles, log-weights,
+evidence, psi), the random stream, checkpoints and logging.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -24,8 +28,8 @@ from lit_bayes.models.partial_bnn import PartialBNN
 from lit_bayes.optimizers import check_optimizer_name, make_optimizer
 from lit_bayes.posterior import GaussianPrior, Likelihood
 from lit_bayes.samplers.base import SamplerModule
-from lit_bayes.steppers.kernels import make_kernel
-from lit_bayes.steppers.smc import ParticleStepper, Reweighted
+from lit_bayes.steppers.feynman_kac import Cloud, FeynmanKacStepper, OHSMCStepper, SGSMCStepper
+from lit_bayes.steppers.smc import Reweighted
 from lit_bayes.validation import check_int, check_positive
 
 __all__ = ["OHSMC", "SGSMC"]
@@ -34,12 +38,12 @@ __all__ = ["OHSMC", "SGSMC"]
 class FeynmanKacSampler(SamplerModule):
     """Shared state and psi-update of the Feynman-Kac samplers.
 
-    The particles are the module's chains (``num_particles`` of them, drawn from the prior),
-    with normalised ``log_weights`` and the running ``log_evidence`` estimate as buffers, so
-    all of it is in checkpoints. Several processes keep identical particles (one random
-    stream) and sum the per-particle batch log-likelihoods over processes before weighting
-    (spec pitfall §8.7); each process's psi-gradient uses its own batch, which the DDP
-    average turns into the global-batch gradient.
+    The particles are the module's chains (``num_particles`` of them, drawn from the tempered
+    prior), with normalised ``log_weights`` and the running ``log_evidence`` estimate as
+    buffers, so all of it is in checkpoints. Several processes keep identical particles (one
+    random stream) and sum the per-particle batch log-likelihoods over processes before
+    weighting (spec pitfall §8.7); each process's psi-gradient uses its own batch, which the
+    DDP average turns into the global-batch gradient.
 
     Args:
         model: the partial BNN; its stochastic part gets ``prior`` (default N(0, I)); at least one
@@ -52,6 +56,15 @@ class FeynmanKacSampler(SamplerModule):
         kernel_options: the kernel's arguments.
         resampling: ``"stratified"``, ``"systematic"`` or ``"multinomial"``.
         ess_threshold: resample when ESS <= threshold * J (1: every step).
+        temperature: T > 0 (finite). The particles target the partial-BNN posterior over phi
+            raised to 1/T, prior and likelihood both tempered as :class:`~lit_bayes.posterior.Posterior`
+            defines it: they start from pi^{1/T} (``Prior.sample`` at T; N(0, T v) for a Gaussian), each
+            batch's incremental log-weight is its unscaled log-likelihood divided by T, the random-walk
+            and OU noise variances are multiplied by T (the move's density raised to 1/T; OU then keeps
+            pi^{1/T} invariant) and SGSMC's Metropolis moves target the tempered prefix posterior. The
+            psi-gradient is that of the tempered evidence, (N/M)/T sum_j w^j grad log p(y_S | phi^j; psi).
+            1 (default) is the paper's algorithm; for a linear-Gaussian model T scales the cloud's
+            covariance by T.
         optimizer, lr, optimizer_options: the psi optimiser: any ``torch.optim`` class by its
             lower-case name (``"adam"`` at 0.01 in the paper, ``"sgd"``, ``"adamw"``, ...), its
             learning rate and other arguments.
@@ -68,6 +81,7 @@ class FeynmanKacSampler(SamplerModule):
     independent_chains = False
 
     KERNELS: tuple[str, ...] = ()  # the moves a subclass allows; the first is its default
+    STEPPER: type[FeynmanKacStepper]  # the algorithm box
 
     def __init__(
         self,
@@ -90,6 +104,7 @@ class FeynmanKacSampler(SamplerModule):
         seed: int = 0,
         vectorize: bool = True,
         num_draws: int | None = None,
+        temperature: float = 1.0,
     ) -> None:
         kernel = self.KERNELS[0] if kernel is None else kernel
         if kernel not in self.KERNELS:
@@ -105,16 +120,18 @@ class FeynmanKacSampler(SamplerModule):
                 "parameters deterministic, or sample the whole network with SGMCMC, HMC or BlockGibbs"
             )
         check_int("num_particles", num_particles, 1)
+        check_positive("temperature", temperature)
         super().__init__(
-            model, likelihood, prior, num_data, 1.0, "rescaled", num_particles, burn_in, thinning, seed, "prior",
-            vectorize, num_draws=num_draws,
+            model=model, likelihood=likelihood, prior=prior, num_data=num_data, temperature=temperature,
+            minibatch_scaling="rescaled", num_chains=num_particles, burn_in=burn_in, thinning=thinning, seed=seed,
+            init="template",  # initial_state draws phi_0 from the tempered prior
+            vectorize=vectorize, num_draws=num_draws,
         )
         check_optimizer_name(optimizer)
         self.lr = check_positive("lr", lr)
         self.lr_decay = check_positive("lr_decay", lr_decay)
         self.lr_decay_steps = check_int("lr_decay_steps", lr_decay_steps, 1)
-        self.kernel = make_kernel(kernel, self.prior, kernel_options)
-        self.stepper = ParticleStepper(resampling, ess_threshold)
+        self.stepper = self.STEPPER(self.posterior, kernel, kernel_options, resampling, ess_threshold)
         self.optimizer_name = optimizer
         self.optimizer_options = dict(optimizer_options or {})
         for p in model.deterministic_parameters():
@@ -133,9 +150,18 @@ class FeynmanKacSampler(SamplerModule):
     def num_particles(self) -> int:
         return self.num_chains
 
+    @property
+    def kernel(self):
+        """The move of the stepper."""
+        return self.stepper.kernel
+
     def template_parameters(self) -> dict[str, Tensor]:
         """phi only: the particles are draws of the stochastic part."""
         return {f"net.{n}": p for n, p in self.model.stochastic_parameters().items()}
+
+    def initial_state(self, generator: torch.Generator) -> dict[str, Tensor]:
+        """phi_0^j ~ pi^{1/T} (Algorithms 2-3, line 1)."""
+        return self.stepper.draw_prior(super().initial_state(generator), generator)
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
@@ -144,10 +170,9 @@ class FeynmanKacSampler(SamplerModule):
     def particles(self) -> dict[str, Tensor]:
         return self.chains.as_dict()
 
-    @torch.no_grad()
-    def set_particles(self, particles: Mapping[str, Tensor]) -> None:
-        for name, p in self.chains.as_dict().items():
-            p.copy_(particles[name])
+    def cloud(self) -> Cloud:
+        """The particles, log-weights and evidence, live: what the stepper advances in place."""
+        return Cloud(self.particles(), self.log_weights, self.log_evidence)
 
     def current_samples(self) -> tuple[dict[str, Tensor], Tensor]:
         return self.chains.snapshot(), self.log_weights.detach().clone()
@@ -176,20 +201,6 @@ class FeynmanKacSampler(SamplerModule):
         dist.all_reduce(value)
         return value
 
-    def reweight(self, log_potential: Tensor) -> Reweighted:
-        """Weight by ``log_potential`` (J,) and draw the ancestors; the particles are replaced
-        by :meth:`apply` (after any backward pass that still needs the current ones)."""
-        return self.stepper.reweight(self.log_weights, log_potential, self.generator)
-
-    def apply(self, result: Reweighted) -> None:
-        """Resample the particles (if ``result`` did) and update weights and evidence; the result
-        stays readable as ``last_reweight`` (ChainDiagnostics traces its ESS and resampling)."""
-        self.last_reweight = result
-        if result.ancestors is not None:
-            self.set_particles({n: p[result.ancestors] for n, p in self.particles().items()})
-        self.log_weights.copy_(result.log_weights)
-        self.log_evidence.add_(result.log_increment.to(self.log_evidence.dtype))
-
     def learning_rate(self, step: int) -> float:
         """The psi learning rate at training step ``step``."""
         return self.lr * self.lr_decay ** (step / self.lr_decay_steps)
@@ -201,18 +212,26 @@ class FeynmanKacSampler(SamplerModule):
             group["lr"] = self.learning_rate(self.global_step)
         return optimizer
 
-    def update_psi(self, optimizer, batch_log_lik: Tensor, gradient_weights: Tensor, batch_size: int) -> Tensor:
-        """One optimiser step on ``-(N / M) sum_j w_j log p(y_S | phi^j; psi)`` (Eqs. 5-6),
-        ``M = batch_size``."""
-        scale = self.posterior.likelihood_scale(batch_size)
-        loss = torch.dot(batch_log_lik, gradient_weights.detach().to(batch_log_lik.dtype)) * -scale
+    def psi_step(self, optimizer, loss: Tensor) -> None:
+        """One ``optimizer`` step on the stepper's psi-loss."""
         optimizer.zero_grad()
         if self._trainer is not None:
             self.manual_backward(loss)
         else:  # used outside a Trainer (benchmarks)
             loss.backward()
         optimizer.step()
-        return loss.detach()
+
+    def transition(self, x: Tensor, y: Tensor, optimizer) -> tuple[Reweighted, Tensor]:
+        """One iteration of the stepper's algorithm on the batch ``(x, y)``, psi stepped by
+        ``optimizer``: the reweighting (the last one, for SGSMC) and the detached psi-loss."""
+        raise NotImplementedError
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        x, y = self.check_batch(batch)
+        result, loss = self.transition(x, y, self.optimizer_at_step())
+        self.last_reweight = result  # ChainDiagnostics traces its ESS and resampling
+        self.log_step(result, loss)
+        return loss
 
     def log_step(self, result: Reweighted, loss: Tensor) -> None:
         self.log_train({"train/ess": result.ess, "train/log_evidence": self.log_evidence,
@@ -224,74 +243,51 @@ class OHSMC(FeynmanKacSampler):
     """Open-horizon SMC (spec §3, Algorithm 3; the paper's main method).
 
     One training step on a minibatch S of size M: move every particle with the kernel
-    (warm start from the previous cloud), add the whole-batch log-likelihood to the
-    log-weights, normalise, resample (stratified, every step by default), then one Adam
-    step on psi with the Fisher-identity gradient at the psi used for weighting. The cloud
-    targets the open-horizon model (Eq. 7), whose spread the move variance sets; predictions
-    use the current cloud and psi. Args: as :class:`FeynmanKacSampler`.
+    (warm start from the previous cloud), add the whole-batch log-likelihood (divided by T)
+    to the log-weights, normalise, resample (stratified, every step by default), then one
+    Adam step on psi with the Fisher-identity gradient at the psi used for weighting
+    (:class:`~lit_bayes.steppers.feynman_kac.OHSMCStepper`). The cloud targets the
+    open-horizon model (Eq. 7), whose spread the move variance sets; predictions use the
+    current cloud and psi. Args: as :class:`FeynmanKacSampler`.
     """
 
     KERNELS = ("random_walk", "ou")
+    STEPPER = OHSMCStepper
 
     def transition(self, x: Tensor, y: Tensor, optimizer) -> tuple[Reweighted, Tensor]:
-        """One OHSMC iteration on the batch ``(x, y)``: move, reweight, psi step, resample."""
-        with torch.no_grad():
-            self.set_particles(self.kernel.move(self.particles(), self.generator))
-        batch_log_lik = self.point_log_likelihoods(self.particles(), x, y).sum(-1)  # (J,), differentiable in psi
-        result = self.reweight(self.global_sum(batch_log_lik.detach()))
-        loss = self.update_psi(optimizer, batch_log_lik, result.gradient_weights, y.shape[0])
-        self.apply(result)
-        return result, loss
-
-    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        x, y = self.check_batch(batch)
-        result, loss = self.transition(x, y, self.optimizer_at_step())
-        self.log_step(result, loss)
-        return loss
+        return self.stepper.step(self.cloud(), x, y, self.point_log_likelihoods, self.generator,
+                                 functools.partial(self.psi_step, optimizer), self.global_sum)
 
 
 class SGSMC(FeynmanKacSampler):
     """Stochastic-gradient SMC (spec §3, Algorithm 2), the "closed horizon" variant.
 
-    Every training step restarts the cloud from the prior and runs SMC through the
+    Every training step restarts the cloud from the (tempered) prior and runs SMC through the
     minibatch one point at a time: before point k (k >= 2) each particle takes ``steps``
     random-walk Metropolis steps targeting the prior times the likelihood of points 1..k-1
-    (no move before the first point), then is weighted by the unscaled likelihood of point k
-    and resampled. psi then takes one optimiser step with the Fisher-identity gradient on
-    the final cloud. ``train/log_evidence`` is the SMC estimate of log p(y_S; psi) of the
-    last batch. Unlike the paper's code (whose padded targets make every move for
-    2 <= k < M a rejection, spec §3), every move here is effective.
+    (tempered), no move before the first point, then is weighted by the unscaled likelihood
+    of point k (to the power 1/T) and resampled. psi then takes one optimiser step with the
+    Fisher-identity gradient on the final cloud
+    (:class:`~lit_bayes.steppers.feynman_kac.SGSMCStepper`). ``train/log_evidence`` is the
+    SMC estimate of log p_T(y_S; psi) of the last batch.
 
     Args: as :class:`FeynmanKacSampler`; ``kernel_options`` are those of the random-walk
     Metropolis move (``variance`` 0.05 and ``steps`` 10 by default, the paper's).
     """
 
     KERNELS = ("rwmh",)
+    STEPPER = SGSMCStepper
 
-    @torch.no_grad()
     def filter_batch(self, x: Tensor, y: Tensor) -> Reweighted:
-        """Run SMC from the prior through the points of ``(x, y)`` in order; leaves the final
-        cloud, its weights and log p_hat(y) in the module's state and returns the last
+        """Run SMC from the tempered prior through the points of ``(x, y)`` in order; leaves the
+        final cloud, its weights and log p_hat(y) in the module's state and returns the last
         reweighting."""
-        self.set_particles(self.prior.sample(self.particles(), self.generator))
-        self.log_weights.fill_(-math.log(self.num_particles))
-        self.log_evidence.zero_()
-        result = None
-        for k in range(y.shape[0]):
-            if k > 0:
-                def prefix_target(p, k=k):
-                    return self.prior(p) + self.point_log_likelihoods(p, x[:k], y[:k]).sum(-1)
+        return self.stepper.filter(self.cloud(), x, y, self.point_log_likelihoods, self.generator)
 
-                self.set_particles(self.kernel.move(self.particles(), self.generator, prefix_target))
-            result = self.reweight(self.point_log_likelihoods(self.particles(), x[k : k + 1], y[k : k + 1])[:, 0])
-            self.apply(result)
-        return result
+    def transition(self, x: Tensor, y: Tensor, optimizer) -> tuple[Reweighted, Tensor]:
+        return self.stepper.step(self.cloud(), x, y, self.point_log_likelihoods, self.generator,
+                                 functools.partial(self.psi_step, optimizer))
 
-    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        x, y = self.check_batch(batch)
-        result = self.filter_batch(x, y)
-        batch_log_lik = self.point_log_likelihoods(self.particles(), x, y).sum(-1)
-        loss = self.update_psi(self.optimizer_at_step(), batch_log_lik, self.log_weights.exp(), y.shape[0])
-        self.log_step(result, loss)
+    def log_step(self, result: Reweighted, loss: Tensor) -> None:
+        super().log_step(result, loss)
         self.log_train({"train/accept": self.kernel.acceptance})
-        return loss

@@ -61,9 +61,9 @@ class HMC(FullBatchOnly, SamplerModule):
             raise ValueError(f"init must be 'module', 'prior', 'template' or 'normal', got {init!r}")
         check_positive("init_std", init_std)
         super().__init__(
-            model, likelihood, prior, num_data, temperature, "rescaled",
-            num_chains, burn_in, thinning, seed, "template" if init == "normal" else init, vectorize,
-            num_draws=num_draws,
+            model=model, likelihood=likelihood, prior=prior, num_data=num_data, temperature=temperature,
+            minibatch_scaling="rescaled", num_chains=num_chains, burn_in=burn_in, thinning=thinning, seed=seed,
+            init="template" if init == "normal" else init, vectorize=vectorize, num_draws=num_draws,
         )
         self.init = init
         self.init_std = float(init_std)
@@ -73,7 +73,7 @@ class HMC(FullBatchOnly, SamplerModule):
             "step_size_jitter": step_size_jitter, "num_leapfrog_jitter": num_leapfrog_jitter,
         }
         validate = {**self.stepper_options, "adapt_steps": adapt_steps or 0}
-        HMCStepper([torch.zeros(1, 1, requires_grad=True)], **validate)  # bad options fail now, not at fit
+        HMCStepper.options(**validate)  # bad options fail now, not at fit
         self.automatic_optimization = False
 
     def initial_state(self, generator: torch.Generator) -> dict[str, Tensor]:

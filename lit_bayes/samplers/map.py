@@ -47,8 +47,9 @@ class MAP(SamplerModule):
         vectorize: bool = True,
     ) -> None:
         super().__init__(
-            model, likelihood, prior, num_data, temperature, minibatch_scaling,
-            num_chains, 0, 1, seed, init, vectorize,
+            model=model, likelihood=likelihood, prior=prior, num_data=num_data, temperature=temperature,
+            minibatch_scaling=minibatch_scaling, num_chains=num_chains, burn_in=0, thinning=1, seed=seed, init=init,
+            vectorize=vectorize,
         )
         check_optimizer_name(optimizer)
         check_positive("lr", lr)

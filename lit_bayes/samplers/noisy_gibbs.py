@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from lit_bayes.models.noisy_cnn import NoisyCNN
 from lit_bayes.models.noisy_mlp import NoisyMLP
+from lit_bayes.noisy_energy import tempered
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.steppers.noisy_gibbs import NoisyGibbsStepper
 from lit_bayes.steppers.noisy_gibbs_conv import NoisyConvGibbsStepper
@@ -168,6 +169,13 @@ class NoisyGibbs(InformedStart, SamplerModule):
             teacher, latents as for ``"prior"`` unless :meth:`set_initial_latents` gives them).
         dtype: ``"float32"`` or ``"float64"`` for the weights and latents (the truncated
             Gaussians are always drawn in float64).
+        temperature: T > 0 (finite): the target is the joint of eq. 4 raised to 1/T (1: the posterior).
+            Every Gaussian factor's variance is multiplied by T (noise variances times T, prior
+            precisions over T, :func:`lit_bayes.noisy_energy.tempered`), so every conditional keeps its
+            mean and has its variance multiplied by T: the weights, biases and post-activations
+            (eqs. 8-9, 52-55, App. G), the pieces of the pre-activation laws (eq. 10) and the truncated
+            Gaussians of the probit scores (eqs. 50-51), whose truncation (the hard constraint
+            y = argmax Z^(L+1)) no power changes.
     """
 
     def __init__(
@@ -180,6 +188,7 @@ class NoisyGibbs(InformedStart, SamplerModule):
         init: Literal["zeros", "prior", "template"] = "zeros",
         dtype: Literal["float32", "float64"] = "float32",
         num_draws: int | None = None,
+        temperature: float = 1.0,
     ) -> None:
         if not isinstance(model, (NoisyMLP, NoisyCNN)):
             raise ValueError(f"model must be a lit_bayes.models.NoisyMLP or NoisyCNN, got {type(model).__name__}")
@@ -187,8 +196,10 @@ class NoisyGibbs(InformedStart, SamplerModule):
             raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
-        super().__init__(model, model.likelihood(), model.prior(), None, 1.0, "sum", num_chains, burn_in, thinning,
-                         seed, "template" if init == "zeros" else init, True, num_draws=num_draws)
+        super().__init__(model=model, likelihood=model.likelihood(), prior=model.prior(), num_data=None,
+                         temperature=temperature, minibatch_scaling="sum", num_chains=num_chains, burn_in=burn_in,
+                         thinning=thinning, seed=seed, init="template" if init == "zeros" else init, vectorize=True,
+                         num_draws=num_draws)
         self.start = init
         self.dtype_name = dtype
         self.latents: Latents | None = None
@@ -243,11 +254,12 @@ class NoisyGibbs(InformedStart, SamplerModule):
                 [params.get(f"net.layers.{j}.bias") for j in range(depth)])
 
     def configure_optimizers(self):
+        target = tempered(self.model, self.posterior.temperature)  # the conditionals' variances (eq. 4 to 1/T)
         if isinstance(self.model, NoisyCNN):
             net, _ = self.split_parameters(self.chains.as_dict())
-            return NoisyConvGibbsStepper(self.model, net, self.make_generator())
+            return NoisyConvGibbsStepper(target, net, self.make_generator())
         weights, biases = self.layer_tensors()
-        return NoisyGibbsStepper(self.model, weights, biases, self.make_generator())
+        return NoisyGibbsStepper(target, weights, biases, self.make_generator())
 
     def sweep_inputs(self, batch: Any) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
         """The full training set in canonical order (inputs in the state's dtype) and the latents."""

@@ -4,21 +4,15 @@
 The sampled state of every chain is the one the exact Gibbs sampler
 (:class:`lit_bayes.samplers.noisy_gibbs.NoisyGibbs`) moves: the weights and biases of a
 :class:`lit_bayes.models.NoisyMLP` *and* the latent pre- and post-activations ``Z^(l), X^(l)``
-(l = 2..L) of every training point. The potential is the joint energy of eq. 4 (spec §1.1-1.2):
-
-    U = sum_l [lambda_W^(l)/2 |W^(l)|^2 + lambda_b^(l)/2 |b^(l)|^2]                     (priors)
-      + sum_{l=1}^{L-1} [ |Z^(l+1) - X^(l) W^(l)T - 1 b^(l)T|^2 / (2 Delta_Z^(l+1))     (eq. 5)
-                        + |X^(l+1) - sigma(Z^(l+1))|^2 / (2 Delta_X^(l+1)) ]            (eq. 6)
-      - sum_mu log p(y^mu | X^(L)mu W^(L)T + b^(L))                                      (output)
-
-with X^(1) the inputs. The output term is the regression law N(y | ., Delta_Z^(L+1)) (Z^(L+1) = y,
-§1.3), or, for the multinomial probit (App. E.4), the probit likelihood with Z^(L+1) integrated out
-exactly (:class:`lit_bayes.models.noisy_mlp.MultinomialProbit`): the hard argmax constraint makes
-the density of Z^(L+1) discontinuous, which HMC cannot follow, and integrating it out leaves the
-marginal over every other variable unchanged. The gradient of U needs sigma'; ``sign`` has none
-(zero almost everywhere, a jump at 0), so it is refused. ReLU's kink at 0 is allowed: leapfrog
-steps stay volume preserving and reversible with a piecewise gradient, so the Metropolis test keeps
-the chain exact, at the price of larger energy errors for trajectories crossing the kink.
+(l = 2..L) of every training point. The potential is the joint energy of eq. 4 (spec §1.1-1.2),
+:meth:`lit_bayes.noisy_energy.JointDensity.energy`, at the sampler's temperature. For a multinomial
+probit output (App. E.4) the scores Z^(L+1) are integrated out exactly (the probit likelihood,
+:class:`lit_bayes.models.noisy_mlp.MultinomialProbit`): the hard argmax constraint makes their density
+discontinuous, which HMC cannot follow, and integrating them out leaves the marginal over every other
+variable unchanged. The gradient of U needs sigma'; ``sign`` has none (zero almost everywhere, a jump
+at 0), so it is refused. ReLU's kink at 0 is allowed: leapfrog steps stay volume preserving and
+reversible with a piecewise gradient, so the Metropolis test keeps the chain exact, at the price of
+larger energy errors for trajectories crossing the kink.
 
 Full batch only; HMC (App. H.1, Alg. 3) or MALA (App. H.2, Alg. 4) transitions of all chains at
 once by :class:`lit_bayes.steppers.hmc.HMCStepper` (identity mass matrix, as in the paper). The
@@ -36,7 +30,7 @@ from torch import Tensor
 
 from lit_bayes.chains import ChainState
 from lit_bayes.models.noisy_mlp import NoisyMLP
-from lit_bayes.samplers.base import rank_seed
+from lit_bayes.noisy_energy import JointDensity
 from lit_bayes.samplers.hmc import HMC
 from lit_bayes.samplers.noisy_gibbs import DTYPES, CanonicalBatch, InformedStart
 from lit_bayes.steppers.hmc import HMCStepper
@@ -45,7 +39,6 @@ from lit_bayes.validation import check_positive
 __all__ = ["IntermediateHMC", "IntermediateMALA"]
 
 INITS = ("normal", "zeros", "prior", "template")
-_INIT_STREAM = 2  # rank_seed stream of the initial latents (0: initial weights, 1: the stepper)
 
 
 class IntermediateHMC(InformedStart, HMC):
@@ -69,6 +62,12 @@ class IntermediateHMC(InformedStart, HMC):
             start at the teacher, spec §4).
         init_std: standard deviation of ``init="normal"``.
         dtype: ``"float32"`` or ``"float64"`` for the weights and latents.
+        temperature: T > 0 (finite): the target is the joint of eq. 4 raised to 1/T (1: the posterior),
+            the potential the joint energy divided by T. Every Gaussian factor's variance is multiplied
+            by T (noise variances times T, prior precisions over T); the hard constraint of a probit
+            output is unchanged by the power, so the integrated-out probit likelihood is the one with
+            noise T Delta_Z^(L+1) (:mod:`lit_bayes.noisy_energy`). The same target as :class:`NoisyGibbs`
+            at the same T.
     """
 
     def __init__(
@@ -87,6 +86,7 @@ class IntermediateHMC(InformedStart, HMC):
         init_std: float = 1e-4,
         dtype: Literal["float32", "float64"] = "float32",
         num_draws: int | None = None,
+        temperature: float = 1.0,
     ) -> None:
         if not isinstance(model, NoisyMLP):
             raise ValueError(f"model must be a lit_bayes.models.NoisyMLP, got {type(model).__name__}")
@@ -101,9 +101,12 @@ class IntermediateHMC(InformedStart, HMC):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
         check_positive("step_size", step_size)
-        super().__init__(model, model.likelihood(), model.prior(), step_size, num_leapfrog, target_accept,
-                         adapt_steps, num_data, 1.0, num_chains, burn_in, thinning, seed,
-                         "template" if init == "zeros" else init, True, init_std, num_draws=num_draws)
+        super().__init__(model=model, likelihood=model.likelihood(), prior=model.prior(), step_size=step_size,
+                         num_leapfrog=num_leapfrog, target_accept=target_accept, adapt_steps=adapt_steps,
+                         num_data=num_data, temperature=temperature, num_chains=num_chains, burn_in=burn_in,
+                         thinning=thinning, seed=seed, init="template" if init == "zeros" else init, vectorize=True,
+                         init_std=init_std, num_draws=num_draws)
+        self.joint = JointDensity(model, temperature)
         self.start = init
         self.dtype_name = dtype
         self.canonical_batch = CanonicalBatch(DTYPES[dtype])
@@ -153,8 +156,7 @@ class IntermediateHMC(InformedStart, HMC):
 
     def initial_latents(self, inputs: Tensor) -> dict[str, Tensor]:
         """Every chain's latents at the first step (see ``init``), rows in the canonical order of ``inputs``."""
-        generator = torch.Generator(device=inputs.device).manual_seed(
-            rank_seed(self.seed, self.stream_rank, _INIT_STREAM))
+        generator = self.stream_generator("latents", inputs.device)
         current = self.latents.as_dict()
         if self.start == "zeros":
             latents = {name: torch.zeros_like(value) for name, value in current.items()}
@@ -177,28 +179,6 @@ class IntermediateHMC(InformedStart, HMC):
                     raise ValueError(f"checkpoint holds latents {name} of shape {tuple(saved[name].shape)}, this "
                                      f"sampler has {tuple(value.shape)}: another training set, model or num_chains")
         self._latents_fresh = False
-
-    # ----------------------------------------------------------------- energy
-    def joint_energy(self, params: Mapping[str, Tensor], latents: Mapping[str, Tensor], inputs: Tensor,
-                     targets: Tensor) -> Tensor:
-        """U of the module docstring (minus log of eq. 4 up to a constant) for every chain, ``(C,)``.
-
-        ``params``: ``net.layers.{l}.*`` ``(C, ...)``; ``latents``: :meth:`latent_names` to ``(C, n, d_l)``;
-        ``inputs`` ``(n, d_1)`` and ``targets`` ``(n,)`` in the latents' row order."""
-        model = self.model
-        energy = -self.prior(params)
-        below = inputs
-        for j in range(model.depth):
-            omega = below @ params[f"net.layers.{j}.weight"].mT
-            if model.has_bias:
-                omega = omega + params[f"net.layers.{j}.bias"].unsqueeze(-2)
-            if j == model.depth - 1:
-                break
-            z, x = latents[f"z{j + 2}"], latents[f"x{j + 2}"]
-            energy = energy + (z - omega).pow(2).sum((-2, -1)) / (2 * model.delta_z[j]) \
-                + (x - model.sigma(z)).pow(2).sum((-2, -1)) / (2 * model.delta_x[j])
-            below = x
-        return energy - self.likelihood(omega, targets).sum(-1)
 
     # ------------------------------------------------------------------ steps
     def configure_optimizers(self):
@@ -228,7 +208,7 @@ class IntermediateHMC(InformedStart, HMC):
 
         def closure() -> Tensor:
             stepper.zero_grad()
-            energy = self.joint_energy(self.chains.as_dict(), latents, inputs, targets)
+            energy = self.joint.energy(self.chains.as_dict(), latents, inputs, targets)
             self.manual_backward(energy.sum())
             return energy
 
@@ -241,8 +221,11 @@ class IntermediateHMC(InformedStart, HMC):
 
 class IntermediateMALA(IntermediateHMC):
     """MALA on the intermediate posterior (App. H.2, Alg. 4): one leapfrog step, eta = step_size^2 / 2,
-    dual averaging towards 0.574."""
+    dual averaging towards 0.574. Arguments as :class:`IntermediateHMC`; ``temperature`` T > 0 (finite)
+    targets the joint of eq. 4 raised to 1/T (every Gaussian factor's variance times T, a probit output's
+    hard constraint unchanged), as there."""
 
     def __init__(self, model: NoisyMLP, step_size: float = 1e-3, target_accept: float = 0.574,
-                 **kwargs: Any) -> None:
-        super().__init__(model, step_size=step_size, num_leapfrog=1, target_accept=target_accept, **kwargs)
+                 temperature: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(model, step_size=step_size, num_leapfrog=1, target_accept=target_accept,
+                         temperature=temperature, **kwargs)

@@ -55,17 +55,16 @@ class SGMCMC(SamplerModule):
         num_draws: int | None = None,
     ) -> None:
         super().__init__(
-            model, likelihood, prior, num_data, temperature, minibatch_scaling,
-            num_chains, burn_in, thinning, seed, init, vectorize,
-            num_draws=num_draws,
+            model=model, likelihood=likelihood, prior=prior, num_data=num_data, temperature=temperature,
+            minibatch_scaling=minibatch_scaling, num_chains=num_chains, burn_in=burn_in, thinning=thinning,
+            seed=seed, init=init, vectorize=vectorize, num_draws=num_draws,
         )
         if stepper not in STEPPERS:
             raise ValueError(f"stepper must be one of {sorted(STEPPERS)}, got {stepper!r}")
         self.stepper_name = stepper
         self.stepper_options = dict(stepper_options or {})
         self.schedule = StepSizeSchedule(step_size, schedule, **(schedule_options or {}))
-        # validate the stepper's options now rather than at the first step
-        STEPPERS[stepper]([torch.zeros(1, requires_grad=True)], lr=step_size, **self.stepper_options)
+        STEPPERS[stepper].options(lr=step_size, **self.stepper_options)  # bad options fail now, not at fit
         self.automatic_optimization = False
 
     def configure_optimizers(self):

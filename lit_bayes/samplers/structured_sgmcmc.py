@@ -35,43 +35,12 @@ from lit_bayes import blocks
 from lit_bayes.masks import MaskLaw, structured_masks
 from lit_bayes.posterior import GaussianPrior, Likelihood
 from lit_bayes.sample_buffer import SampleBuffer
-from lit_bayes.samplers.base import rank_seed
 from lit_bayes.samplers.sgmcmc import SGMCMC
 from lit_bayes.validation import check_int
 
 __all__ = ["StructuredSGMCMC"]
 
 PARTITIONS = ("layer", "node", "modulo", "random", "fully_factorised", "user")
-_STRUCTURE_GENERATOR_KEY = "lit_bayes_structure_generator_state"
-_STRUCTURE_STREAM = 2  # streams 0 and 1 are the base class's initial state and stepper noise
-
-
-def build_partition(shapes: dict[str, tuple[int, ...]], partition: str, num_groups: int | None,
-                    group_ids: list[int] | None, seed: int) -> blocks.Partition:
-    """The partition of a chain's flat parameters named by ``partition`` (spec §4)."""
-    if partition not in PARTITIONS:
-        raise ValueError(f"partition must be one of {', '.join(map(repr, PARTITIONS))}, got {partition!r}")
-    wants_groups = partition in ("modulo", "random")
-    if wants_groups and num_groups is None:
-        raise ValueError(f"partition={partition!r} needs num_groups (the number of groups M), got None")
-    if not wants_groups and num_groups is not None:
-        raise ValueError(f"num_groups is only used by partition 'modulo' or 'random', got {num_groups!r} "
-                         f"with partition={partition!r}")
-    if (partition == "user") != (group_ids is not None):
-        raise ValueError(f"group_ids (one group id per flat parameter) goes with partition='user' and only with it; "
-                         f"got partition={partition!r} and group_ids {'set' if group_ids is not None else 'None'}")
-    num_params = sum(int(torch.Size(s).numel()) for s in shapes.values())
-    if partition == "layer":
-        return blocks.layer_partition(shapes)
-    if partition == "node":
-        return blocks.node_partition(shapes)
-    if partition == "modulo":
-        return blocks.modulo_partition(num_params, num_groups)
-    if partition == "random":
-        return blocks.random_partition(num_params, num_groups, seed)
-    if partition == "fully_factorised":
-        return blocks.fully_factorised(num_params)
-    return blocks.user_partition(group_ids, num_params)
 
 
 class StructuredSGMCMC(SGMCMC):
@@ -134,9 +103,11 @@ class StructuredSGMCMC(SGMCMC):
         num_draws: int | None = None,
     ) -> None:
         super().__init__(
-            model, likelihood, prior, stepper, step_size, schedule, schedule_options, stepper_options,
-            num_data, temperature, minibatch_scaling, num_chains, burn_in, thinning, seed, init, vectorize,
-            num_draws,
+            model=model, likelihood=likelihood, prior=prior, stepper=stepper, step_size=step_size,
+            schedule=schedule, schedule_options=schedule_options, stepper_options=stepper_options,
+            num_data=num_data, temperature=temperature, minibatch_scaling=minibatch_scaling,
+            num_chains=num_chains, burn_in=burn_in, thinning=thinning, seed=seed, init=init,
+            vectorize=vectorize, num_draws=num_draws,
         )
         if mode not in ("structured", "dropout"):
             raise ValueError(f"mode must be 'structured' (S-SGMCMC) or 'dropout' (S_d-SGMCMC), got {mode!r}")
@@ -149,13 +120,12 @@ class StructuredSGMCMC(SGMCMC):
         self.buffer_start = check_int("buffer_start", buffer_start, 0)
         self.buffer_init = buffer_init
         shapes = {name: tuple(p.shape) for name, p in self.template_parameters().items()}
-        self.partition = build_partition(shapes, partition, num_groups, group_ids, seed)
+        self.partition = blocks.make_partition(partition, shapes, allowed=PARTITIONS, num_groups=num_groups,
+                                               group_ids=group_ids, seed=seed)
         self.register_buffer("group_ids", self.partition.block_ids.clone(), persistent=False)
         # group g is parameter g (fully factorised): masks and past indices need no expansion
         self.groups_are_parameters = torch.equal(self.group_ids, torch.arange(self.group_ids.numel()))
         self.sample_buffer: SampleBuffer | None = None
-        self.structure_generator: torch.Generator | None = None
-        self._pending_structure_state: Tensor | None = None
 
     @property
     def num_groups(self) -> int:
@@ -184,17 +154,13 @@ class StructuredSGMCMC(SGMCMC):
 
     def configure_optimizers(self):
         stepper = super().configure_optimizers()
-        gen = torch.Generator(device=self.device).manual_seed(rank_seed(self.seed, self.global_rank, _STRUCTURE_STREAM))
-        if self._pending_structure_state is not None:
-            gen.set_state(self._pending_structure_state)
-            self._pending_structure_state = None
-        self.structure_generator = gen
+        self.make_generator("structure")
         return stepper
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)
-        if self.structure_generator is not None:
-            checkpoint[_STRUCTURE_GENERATOR_KEY] = self.structure_generator.get_state()
+    @property
+    def structure_generator(self) -> torch.Generator | None:
+        """The generator of the group masks and the buffer draws (stream ``"structure"``)."""
+        return self.generators.get("structure")
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
@@ -208,7 +174,6 @@ class StructuredSGMCMC(SGMCMC):
                     f"buffer_size), this sampler has {tuple(self.sample_buffer.samples.shape)}: another "
                     "buffer_size, model or num_chains"
                 )
-        self._pending_structure_state = checkpoint.get(_STRUCTURE_GENERATOR_KEY)
 
     # ----------------------------------------------------------------- energy
     def draw_composites(self) -> tuple[Tensor, Tensor]:

@@ -22,9 +22,15 @@ class NoisyStepper(Optimizer):
     """
 
     def __init__(self, params: Iterable, defaults: dict, generator: torch.Generator | None = None) -> None:
-        check_positive("lr", defaults.get("lr"))
-        super().__init__(params, defaults)
+        super().__init__(params, self.options(**defaults))
         self.generator = generator
+
+    @staticmethod
+    def options(lr: float) -> dict:
+        """The stepper's checked options (its ``defaults``) from its keyword arguments; a sampler
+        calls it to reject bad options when it is built, without building a stepper. A subclass
+        with more options overrides it."""
+        return {"lr": check_positive("lr", lr)}
 
     @torch.no_grad()
     def step(self, closure=None):

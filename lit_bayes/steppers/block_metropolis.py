@@ -57,16 +57,19 @@ class BlockMetropolis(Optimizer):
         adapt_steps: int = 0,
         generator: torch.Generator | None = None,
     ) -> None:
-        variances = [check_positive(f"variances[{i}]", v) for i, v in enumerate(variances)]
-        if not variances:
-            raise ValueError("variances must hold one proposal variance per block, got none")
-        target_accept = check_interval("target_accept", target_accept, 0.0, 1.0)
-        adapt_steps = check_int("adapt_steps", adapt_steps, 0)
-        defaults = {"variances": variances, "target_accept": target_accept, "adapt_steps": adapt_steps}
-        super().__init__(params, defaults)
+        super().__init__(params, self.options(variances, target_accept, adapt_steps))
         if len(self.param_groups) != 1:
             raise ValueError("BlockMetropolis takes one parameter group (all chains move together)")
         self.generator = generator
+
+    @staticmethod
+    def options(variances: Sequence[float], target_accept: float = 0.3, adapt_steps: int = 0) -> dict:
+        """The checked options (the stepper's ``defaults``), without building a stepper."""
+        variances = [check_positive(f"variances[{i}]", v) for i, v in enumerate(variances)]
+        if not variances:
+            raise ValueError("variances must hold one proposal variance per block, got none")
+        return {"variances": variances, "target_accept": check_interval("target_accept", target_accept, 0.0, 1.0),
+                "adapt_steps": check_int("adapt_steps", adapt_steps, 0)}
 
     def _state(self) -> dict:
         params = self.param_groups[0]["params"]

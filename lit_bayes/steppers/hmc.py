@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from lit_bayes.steppers.base import NoisyStepper
-from lit_bayes.validation import check_int, check_interval
+from lit_bayes.validation import check_int, check_interval, check_positive
 
 __all__ = ["HMCStepper"]
 
@@ -66,19 +66,25 @@ class HMCStepper(NoisyStepper):
         step_size_jitter: float = 0.0,
         num_leapfrog_jitter: int = 0,
     ) -> None:
-        num_leapfrog = check_int("num_leapfrog", num_leapfrog, 1)
-        target_accept = check_interval("target_accept", target_accept, 0.0, 1.0)
-        adapt_steps = check_int("adapt_steps", adapt_steps, 0)
-        step_size_jitter = check_interval("step_size_jitter", step_size_jitter, 0.0, 1.0, low_closed=True)
-        num_leapfrog_jitter = check_int("num_leapfrog_jitter", num_leapfrog_jitter, 0)
-        if num_leapfrog_jitter >= num_leapfrog:
-            raise ValueError(f"num_leapfrog_jitter must be < num_leapfrog ({num_leapfrog}) so that every path has "
-                             f"at least one leapfrog step, got {num_leapfrog_jitter}")
         defaults = {"lr": lr, "num_leapfrog": num_leapfrog, "target_accept": target_accept, "adapt_steps": adapt_steps,
                     "step_size_jitter": step_size_jitter, "num_leapfrog_jitter": num_leapfrog_jitter}
         super().__init__(params, defaults, generator)
         if len(self.param_groups) != 1:
             raise ValueError("HMCStepper takes one parameter group (all chains move together)")
+
+    @staticmethod
+    def options(lr: float, num_leapfrog: int = 10, target_accept: float = 0.65, adapt_steps: int = 0,
+                step_size_jitter: float = 0.0, num_leapfrog_jitter: int = 0) -> dict:
+        num_leapfrog = check_int("num_leapfrog", num_leapfrog, 1)
+        num_leapfrog_jitter = check_int("num_leapfrog_jitter", num_leapfrog_jitter, 0)
+        if num_leapfrog_jitter >= num_leapfrog:
+            raise ValueError(f"num_leapfrog_jitter must be < num_leapfrog ({num_leapfrog}) so that every path has "
+                             f"at least one leapfrog step, got {num_leapfrog_jitter}")
+        return {"lr": check_positive("lr", lr), "num_leapfrog": num_leapfrog,
+                "target_accept": check_interval("target_accept", target_accept, 0.0, 1.0),
+                "adapt_steps": check_int("adapt_steps", adapt_steps, 0),
+                "step_size_jitter": check_interval("step_size_jitter", step_size_jitter, 0.0, 1.0, low_closed=True),
+                "num_leapfrog_jitter": num_leapfrog_jitter}
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)

@@ -2,6 +2,12 @@
 
 Every kernel moves all J particles at once, each particle independently, drawing from the
 sampler's generator. Particles are dicts of stacked tensors ``(J, ...)``.
+
+Temperature T (the samplers' target is the Feynman-Kac path density raised to 1/T, see
+:mod:`lit_bayes.steppers.feynman_kac`): a Gaussian move's density to the power 1/T is the
+same move with T times the noise variance, so the random walk and the Ornstein-Uhlenbeck
+move take ``temperature`` (the OU move's stationary law becomes the tempered prior
+pi^{1/T}). The Metropolis move gets its tempered target from the caller.
 """
 from __future__ import annotations
 
@@ -24,11 +30,12 @@ def _noise(p: Tensor, generator: torch.Generator) -> Tensor:
 
 
 class RandomWalk:
-    """Gaussian random walk ``phi' = phi + sqrt(variance) eps`` (the paper's OHSMC move,
-    variance 0.01 for pBNNs); not invariant for any posterior, it sets the cloud's spread."""
+    """Gaussian random walk ``phi' = phi + sqrt(T variance) eps`` (the paper's OHSMC move,
+    variance 0.01 for pBNNs, at temperature T = 1); not invariant for any posterior, it sets
+    the cloud's spread."""
 
-    def __init__(self, variance: float) -> None:
-        self.std = check_positive("variance", variance) ** 0.5
+    def __init__(self, variance: float, temperature: float = 1.0) -> None:
+        self.std = (check_positive("temperature", temperature) * check_positive("variance", variance)) ** 0.5
 
     def move(self, particles: Particles, generator: torch.Generator, log_target=None) -> dict[str, Tensor]:
         return {n: torch.add(p, _noise(p, generator), alpha=self.std) for n, p in particles.items()}
@@ -36,19 +43,20 @@ class RandomWalk:
 
 class OrnsteinUhlenbeck:
     """Exact Ornstein-Uhlenbeck transition over time ``delta`` whose stationary law is the
-    Gaussian prior N(0, v) of each parameter: ``z = exp(-delta / (2 v))``,
-    ``phi' = z phi + sqrt(v (1 - z^2)) eps`` (spec §3, the UCI move, delta = 0.1)."""
+    tempered Gaussian prior N(0, T v) of each parameter: ``z = exp(-delta / (2 v))``,
+    ``phi' = z phi + sqrt(T v (1 - z^2)) eps`` (spec §3, the UCI move, delta = 0.1, T = 1)."""
 
-    def __init__(self, delta: float, prior: GaussianPrior) -> None:
+    def __init__(self, delta: float, prior: GaussianPrior, temperature: float = 1.0) -> None:
         self.delta = check_positive("delta", delta)
         self.prior = prior
+        self.temperature = check_positive("temperature", temperature)
 
     def move(self, particles: Particles, generator: torch.Generator, log_target=None) -> dict[str, Tensor]:
         out = {}
         for name, p in particles.items():
             v = self.prior.variance_of(name)
             z = math.exp(-self.delta / (2.0 * v))
-            out[name] = z * p + math.sqrt(v * (1.0 - z * z)) * _noise(p, generator)
+            out[name] = z * p + math.sqrt(self.temperature * v * (1.0 - z * z)) * _noise(p, generator)
         return out
 
 
@@ -88,15 +96,15 @@ class RandomWalkMetropolis:
 KERNELS = ("random_walk", "ou", "rwmh")
 
 
-def make_kernel(name: str, prior: GaussianPrior, options: Mapping[str, float] | None = None):
+def make_kernel(name: str, prior: GaussianPrior, options: Mapping[str, float] | None = None, temperature: float = 1.0):
     """Build a kernel by name: ``"random_walk"`` (``variance``), ``"ou"`` (``delta``) or
-    ``"rwmh"`` (``variance``, ``steps``)."""
+    ``"rwmh"`` (``variance``, ``steps``); the first two at ``temperature``."""
     options = dict(options or {})
     try:
         if name == "random_walk":
-            return RandomWalk(**{"variance": 0.01, **options})
+            return RandomWalk(**{"variance": 0.01, **options}, temperature=temperature)
         if name == "ou":
-            return OrnsteinUhlenbeck(**{"delta": 0.1, **options}, prior=prior)
+            return OrnsteinUhlenbeck(**{"delta": 0.1, **options}, prior=prior, temperature=temperature)
         if name == "rwmh":
             return RandomWalkMetropolis(**{"variance": 0.05, "steps": 10, **options})
     except TypeError as err:

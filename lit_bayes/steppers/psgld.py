@@ -48,11 +48,14 @@ class PSGLD(NoisyStepper):
         adapt_steps: int | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
-        alpha = check_interval("alpha", alpha, 0.0, 1.0, low_closed=True)
-        check_positive("eps_precond", eps_precond)
-        adapt_steps = check_optional_int("adapt_steps", adapt_steps, 1)
-        defaults = {"lr": lr, "alpha": alpha, "eps_precond": eps_precond, "adapt_steps": adapt_steps}
-        super().__init__(params, defaults, generator)
+        super().__init__(params, {"lr": lr, "alpha": alpha, "eps_precond": eps_precond, "adapt_steps": adapt_steps},
+                         generator)
+
+    @staticmethod
+    def options(lr: float, alpha: float = 0.99, eps_precond: float = 1e-5, adapt_steps: int | None = None) -> dict:
+        return {"lr": check_positive("lr", lr), "alpha": check_interval("alpha", alpha, 0.0, 1.0, low_closed=True),
+                "eps_precond": check_positive("eps_precond", eps_precond),
+                "adapt_steps": check_optional_int("adapt_steps", adapt_steps, 1)}
 
     def update_group(self, group: dict) -> None:
         eps, alpha, lam, adapt = group["lr"], group["alpha"], group["eps_precond"], group["adapt_steps"]

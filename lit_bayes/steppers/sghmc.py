@@ -32,9 +32,12 @@ class SGHMC(NoisyStepper):
         noise_estimate: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> None:
-        check_positive("friction", friction)
-        noise_estimate = check_float("noise_estimate", noise_estimate, minimum=0.0)
         super().__init__(params, {"lr": lr, "friction": friction, "noise_estimate": noise_estimate}, generator)
+
+    @staticmethod
+    def options(lr: float, friction: float = 1.0, noise_estimate: float = 0.0) -> dict:
+        return {"lr": check_positive("lr", lr), "friction": check_positive("friction", friction),
+                "noise_estimate": check_float("noise_estimate", noise_estimate, minimum=0.0)}
 
     def update_group(self, group: dict) -> None:
         eps, gamma, v_hat = group["lr"], group["friction"], group["noise_estimate"]

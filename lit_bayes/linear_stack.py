@@ -1,0 +1,89 @@
+"""An MLP as a stack of linear layers over a chain's flat parameter vector (FNBG spec §1, Eqs. 3.1-3.2).
+
+The incremental block targets (:mod:`lit_bayes.incremental`) and the fused tail
+(:mod:`lit_bayes.fused_tail`) read layer j's weights and biases of every chain as views of
+the chains' flat states ``(C, P)`` (``ChainState.flat`` order); :func:`linear_stack` finds
+where they lie.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+__all__ = ["ELEMENTWISE", "LinearLayer", "LinearStack", "linear_stack"]
+
+ELEMENTWISE = (nn.Sigmoid, nn.Tanh, nn.ReLU, nn.GELU, nn.ELU, nn.LeakyReLU, nn.SiLU, nn.Softplus, nn.Identity)
+
+
+@dataclass(frozen=True)
+class LinearLayer:
+    """Where one ``nn.Linear`` lives in the flat parameter vector."""
+
+    weight: slice  # row-major (out_features, in_features)
+    bias: slice | None
+    out_features: int
+    in_features: int
+
+    def weights(self, state: Tensor) -> Tensor:
+        """This layer's weights in every chain's flat state ``(C, P)``: ``(C, out, in)``, a view."""
+        return state[:, self.weight].view(-1, self.out_features, self.in_features)
+
+    def biases(self, state: Tensor) -> Tensor | None:
+        """This layer's biases in every chain's flat state: ``(C, out)``, a view (None without bias)."""
+        return None if self.bias is None else state[:, self.bias]
+
+
+@dataclass(frozen=True)
+class LinearStack:
+    """An MLP as the incremental path sees it: linear layers with an elementwise activation
+    after every one but the last, inputs flattened when ``flatten`` and of more than 2 dims."""
+
+    layers: tuple[LinearLayer, ...]
+    activations: tuple[nn.Module, ...]
+    flatten: bool
+
+
+def _stack_modules(model: nn.Module) -> tuple[list[nn.Linear], list[nn.Module], bool] | None:
+    if isinstance(model, nn.Linear):
+        return [model], [], False
+    describe = getattr(model, "linear_stack_modules", None)
+    if callable(describe):  # a model that describes itself (lit_bayes.models.MLP)
+        return describe()
+    if isinstance(model, nn.Sequential):
+        mods = list(model)
+        flatten = bool(mods) and isinstance(mods[0], nn.Flatten)
+        mods = mods[1:] if flatten else mods
+        linears, acts = mods[0::2], mods[1::2]
+        if linears and all(isinstance(m, nn.Linear) for m in linears) and len(acts) == len(linears) - 1 \
+                and all(isinstance(a, ELEMENTWISE) for a in acts):
+            inplace = [type(a).__name__ for a in acts if getattr(a, "inplace", False)]
+            if inplace:  # they would overwrite the cached pre-activations
+                raise ValueError(f"incremental evaluation needs out-of-place activations, got inplace=True {inplace}")
+            return linears, acts, flatten
+    return None
+
+
+def linear_stack(model: nn.Module) -> LinearStack:
+    """Describe ``model`` by flat offsets of its parameters, in ``model.named_parameters()`` order:
+    an ``nn.Linear``, an ``nn.Sequential`` of ``nn.Linear`` layers and elementwise activations
+    (after an optional ``nn.Flatten``), or any model with a ``linear_stack_modules()`` method
+    returning ``(linear layers, activations between them, flatten inputs)`` (``lit_bayes.models.MLP``)."""
+    found = _stack_modules(model)
+    if found is None:
+        raise ValueError(
+            f"incremental evaluation needs an nn.Linear, a lit_bayes.models.MLP (or a model with "
+            f"linear_stack_modules()) or an nn.Sequential of nn.Linear layers and elementwise activations, got "
+            f"{type(model).__name__}; pass incremental=False"
+        )
+    linears, acts, flatten = found
+    offsets, start = {}, 0
+    for p in model.parameters():
+        offsets[id(p)] = slice(start, start + p.numel())
+        start += p.numel()
+    layers = tuple(
+        LinearLayer(offsets[id(m.weight)], None if m.bias is None else offsets[id(m.bias)], m.out_features,
+                    m.in_features)
+        for m in linears
+    )
+    return LinearStack(layers, tuple(acts), flatten)
