@@ -70,7 +70,7 @@ def loop_energy(sampler: StructuredSGMCMC, x, y, masks, tilde):
     for k in range(keep.shape[1]):
         composite = keep[:, k] * flat + (1.0 - keep[:, k]) * tilde[:, k]
         total = total + sampler.energy(sampler.chains.unflatten(composite), x, y)
-    return sampler.normaliser() * total
+    return sampler.structure.normaliser() * total
 
 
 def plain_step(sampler, stepper, x, y):

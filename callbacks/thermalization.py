@@ -9,6 +9,12 @@ on the same chains for comparison; the paper's Fig. 1 shows both can signal ther
 the teacher-student test does not. The informed chain can also be read from an earlier run on the
 same teacher and data instead of run again (``informed_run``), which halves the cost of a long
 single uninformed chain.
+
+The callback only observes: the informed start is the sampler's configuration (``informed_chains``
+of :class:`lit_bayes.samplers.noisy_gibbs.NoisyGibbs` and
+:class:`lit_bayes.samplers.noisy_hmc.IntermediateHMC`, which read the teacher from the DataModule),
+and the results reach ``summary.json`` through :meth:`ThermalizationCheck.summary_metrics`
+(:class:`lit_bayes.callbacks.run_summary.RunSummary`).
 """
 from __future__ import annotations
 
@@ -17,17 +23,17 @@ from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from lit_bayes.data.teacher_student import check_student, teacher_of
 from lit_bayes.diagnostics import split_rhat
 from lit_bayes.noisy_energy import JointDensity
 from lit_bayes.validation import check_int, check_interval
 
-__all__ = ["ThermalizationCheck"]
+__all__ = ["ThermalizationCheck", "merge_band", "merge_indices", "settled_index", "trailing_mean"]
 
 PREFIX = "thermalization/"
-MATCHED = ("delta_z", "delta_x", "prior_precision", "bias_precision")
 
 
 def settled_index(inside: Tensor, delta: float) -> int | None:
@@ -47,14 +53,39 @@ def trailing_mean(trace: Tensor, window: int) -> Tensor:
     return (total[:, upper] - total[:, lower]) / (upper - lower)
 
 
-class ThermalizationCheck(Callback):
-    """Informed vs uninformed chains of a :class:`lit_bayes.samplers.noisy_gibbs.NoisyGibbs` run on a
-    teacher-student DataModule (:class:`lit_bayes.data.teacher_student.TeacherStudent`), spec §4.
+def merge_band(informed_mse: Tensor, window: int, delta: float = 0.1, tolerance: float = 0.2,
+               reference_fraction: float = 0.5) -> tuple[float, float, float]:
+    """phi-bar and the band ``(low, high)`` estimating S_phi(delta) from the informed chains' test-MSE records
+    ``(I, R)`` (the merge rule of :class:`ThermalizationCheck`): the last ``reference_fraction`` of the
+    records are taken as stationary; phi-bar is their mean, and the band runs from ``min(q_{delta/2},
+    (1 - tolerance) phi-bar)`` to ``max(q_{1-delta/2}, (1 + tolerance) phi-bar)``, q the quantiles of
+    their trailing means over ``window`` records."""
+    records = informed_mse.shape[1]
+    start = min(int(records * (1 - reference_fraction)), records - 1)
+    informed = trailing_mean(informed_mse, window)[:, start:].flatten()
+    reference = float(informed_mse[:, start:].mean())
+    quantiles = torch.quantile(informed, torch.tensor([delta / 2, 1 - delta / 2], dtype=informed.dtype))
+    return reference, min(float(quantiles[0]), (1 - tolerance) * reference), \
+        max(float(quantiles[1]), (1 + tolerance) * reference)
 
-    At ``setup`` the first ``informed_chains`` chains of the sampler are started at the teacher: its
-    weights and biases and its training latents, with the noise actually used for the labels (spec §4
-    step 4, §8 item 5). The other chains keep the sampler's ``init`` (zeros, prior, ...): they are the
-    uninformed chains. The sampler needs ``num_chains > informed_chains``.
+
+def merge_indices(mse: Tensor, low: float, high: float, window: int, delta: float = 0.1) -> list[int | None]:
+    """For each chain's test-MSE records (rows of ``mse`` ``(C, R)``), the first record from which its trailing
+    mean over ``window`` records stays in ``[low, high]`` up to a fraction ``delta`` (None: never)."""
+    smooth = trailing_mean(mse, window)
+    return [settled_index((row >= low) & (row <= high), delta) for row in smooth]
+
+
+class ThermalizationCheck(Callback):
+    """Informed vs uninformed chains of a :class:`lit_bayes.samplers.noisy_gibbs.NoisyGibbs` (or
+    :class:`lit_bayes.samplers.noisy_hmc.IntermediateHMC`) run on a teacher-student DataModule
+    (:class:`lit_bayes.data.teacher_student.TeacherStudent`), spec §4.
+
+    The sampler starts its first ``informed_chains`` chains at the teacher (its own ``informed_chains``
+    option: the teacher's weights and biases and its training latents, with the noise actually used for
+    the labels, spec §4 step 4, §8 item 5); the other chains keep the sampler's ``init`` (zeros, prior,
+    ...): they are the uninformed chains. At ``setup`` this callback checks that the sampler's
+    ``informed_chains`` equals its own and that ``num_chains > informed_chains``; it changes nothing.
 
     **Reading the informed chain** (spec §4: "runs (or reads)"). With ``informed_run``, the path of a
     checkpoint of an earlier run with this callback on the same teacher and data (checked: its
@@ -63,7 +94,8 @@ class ThermalizationCheck(Callback):
     takes that run's informed test-MSE records as the reference. Its records are copied into this
     callback's state, so a resumed run or a report from a checkpoint does not need the file again.
     R-hat between informed and uninformed chains needs their outputs side by side and is NaN then
-    (``rhat``, ``rhat_step``); the uninformed chains' own R-hat is computed as usual.
+    (``rhat``, ``rhat_step``); the uninformed chains' own R-hat is computed as usual. The sampler's
+    ``informed_chains`` must then be 0.
 
     Every ``every_n_steps`` sweeps (and at step 0, before the first sweep) it records for each chain:
 
@@ -99,16 +131,19 @@ class ThermalizationCheck(Callback):
     S_phi(delta)), ``merged`` (1 or 0), ``merged_fraction``, ``merge_step`` (NaN when not
     merged; ``merge_step/chain_{c}`` per uninformed chain), ``rhat``, ``rhat_step``,
     ``rhat_uninformed``, ``rhat_uninformed_step``, ``score_step`` (NaN when not reached) and
-    ``records``. During fit it logs ``thermalization/test_mse/chain_{c}`` and
+    ``records``. During fit it logs the traces, ``thermalization/test_mse/chain_{c}`` and
     ``thermalization/score/chain_{c}`` at every record and ``thermalization/rhat`` and
     ``thermalization/rhat_uninformed`` at every block where they are defined (two chains or more, the
-    informed chains' outputs at hand, a varying output).
+    informed chains' outputs at hand, a varying output), through the Trainer's logger connector (as
+    Lightning writes ``self.log``'s values: every record reaches the loggers when it is made, whatever
+    ``log_every_n_steps``).
     All traces are checkpointed (:meth:`state_dict`), so a resumed run continues them.
     Single-process runs only (every chain in one process).
 
     Args:
-        informed_chains: number of chains started at the teacher (>= 1; default 1, or 0 with ``informed_run``,
-            the only value allowed with it).
+        informed_chains: number of leading chains the sampler starts at the teacher, checked against the
+            sampler's ``informed_chains`` (>= 1; default 1, or 0 with ``informed_run``, the only value
+            allowed with it).
         every_n_steps: sweeps between records (>= 1).
         window: records in the trailing mean of the merge rule (>= 1).
         tolerance: relative distance to phi-bar that always counts as merged (> 0).
@@ -167,27 +202,21 @@ class ThermalizationCheck(Callback):
         if stage != "fit":
             return
         datamodule = trainer.datamodule
-        teacher = getattr(datamodule, "teacher", None)
-        latents = getattr(datamodule, "train_latents", None)
-        if teacher is None or latents is None:
-            raise ValueError("ThermalizationCheck needs a teacher-student DataModule exposing `teacher` and "
-                             f"`train_latents` (lit_bayes.data.TeacherStudent), got {type(datamodule).__name__}")
-        if not hasattr(pl_module, "set_initial_latents"):
-            raise ValueError(f"ThermalizationCheck needs a NoisyGibbs sampler, got {type(pl_module).__name__}")
+        teacher, _ = teacher_of(datamodule, "ThermalizationCheck")
+        sampler_informed = getattr(pl_module, "informed_chains", None)
+        if sampler_informed is None or not hasattr(pl_module, "latents"):
+            raise ValueError("ThermalizationCheck needs a sampler of the intermediate-noise posterior with an "
+                             f"informed start (NoisyGibbs, IntermediateHMC), got {type(pl_module).__name__}")
         if pl_module.num_chains <= self.informed_chains:
             raise ValueError(f"informed_chains ({self.informed_chains}) must be smaller than the sampler's "
                              f"num_chains ({pl_module.num_chains}): the other chains are the uninformed ones")
-        student = pl_module.model
-        for attribute in ("widths", "activation", "output", "has_bias"):
-            if getattr(teacher, attribute) != getattr(student, attribute):
-                raise ValueError(f"the teacher's {attribute} ({getattr(teacher, attribute)!r}) differs from the "
-                                 f"sampler model's ({getattr(student, attribute)!r})")
-        mismatched = [a for a in MATCHED if getattr(teacher, a) != getattr(student, a)]
-        if pl_module.posterior.temperature != 1.0:
-            mismatched.append("temperature")
-        if mismatched or getattr(datamodule, "noiseless_labels", False):
-            rank_zero_warn(f"the teacher's {mismatched or 'labels (noiseless)'} differ from the posterior's: the "
-                           "informed start is only approximately an equilibrium sample (spec §8 item 5)")
+        check_student(teacher, pl_module.model, warn=False)  # the sampler warns about its informed start
+        if sampler_informed != self.informed_chains:
+            where = (f"its informed chains are read from {self.informed_run!r}" if self.informed_run is not None
+                     else f"it compares the first {self.informed_chains} chains, started at the teacher, with the others")
+            raise ValueError(f"the sampler's informed_chains ({sampler_informed}) must equal ThermalizationCheck's "
+                             f"informed_chains ({self.informed_chains}): {where}; set the sampler's "
+                             f"`informed_chains: {self.informed_chains}` (model.init_args.informed_chains)")
         x_test = datamodule.test_data.tensors[0]
         if len(x_test) == 0:
             raise ValueError("ThermalizationCheck needs a non-empty test split (num_test >= 1)")
@@ -199,10 +228,6 @@ class ThermalizationCheck(Callback):
         self._data_key = torch.cat([self._test[1].flatten().cpu(), sums.cpu()])
         if self.informed_run is not None:
             self._reference = self._read_informed_run()
-            return
-        informed = range(self.informed_chains)
-        pl_module.set_initial_parameters(dict(teacher.named_parameters()), informed)
-        pl_module.set_initial_latents(x, y, latents, informed)
 
     def _read_informed_run(self) -> tuple[Tensor, Tensor]:
         """The informed chains' (steps, test MSE) records of ``informed_run``, checked to belong to a run on
@@ -250,9 +275,8 @@ class ThermalizationCheck(Callback):
             self._block = []
             logged.update({f"{PREFIX}{name}": float(value) for name, value in
                            zip(("rhat", "rhat_uninformed"), self._rhat[-1][1:]) if math.isfinite(value)})
-        for logger in trainer.loggers:  # saved at once, as Lightning does: a long run's CSV fills as it goes
-            logger.log_metrics(logged, step=trainer.global_step)
-            logger.save()
+        # the Trainer's path to its loggers (log, then save, as for self.log): a long run's CSV fills as it goes
+        trainer._logger_connector.log_metrics(logged, step=trainer.global_step)
 
     @staticmethod
     def _block_rhat(block: Tensor) -> float:
@@ -297,17 +321,11 @@ class ThermalizationCheck(Callback):
             return {}
         traces = self.traces()
         steps, mse, score, rhat = traces["steps"], traces["test_mse"], traces["score"], traces["rhat"]
-        smooth = trailing_mean(mse, self.window)
         informed_mse = mse[: self.informed_chains] if self._reference is None else self._reference[1]
-        records = informed_mse.shape[1]
-        start = min(int(records * (1 - self.reference_fraction)), records - 1)
-        informed = trailing_mean(informed_mse, self.window)[:, start:].flatten()
-        reference = float(informed_mse[:, start:].mean())
-        quantiles = torch.quantile(informed, torch.tensor([self.delta / 2, 1 - self.delta / 2], dtype=informed.dtype))
-        low = min(float(quantiles[0]), (1 - self.tolerance) * reference)
-        high = max(float(quantiles[1]), (1 + self.tolerance) * reference)
-        uninformed = smooth[self.informed_chains:]
-        merges = [settled_index((row >= low) & (row <= high), self.delta) for row in uninformed]
+        reference, low, high = merge_band(informed_mse, self.window, self.delta, self.tolerance,
+                                          self.reference_fraction)
+        uninformed = trailing_mean(mse[self.informed_chains:], self.window)
+        merges = merge_indices(mse[self.informed_chains:], low, high, self.window, self.delta)
         merged = all(m is not None for m in merges)
         metrics = {
             "informed_test_mse": reference,
@@ -334,11 +352,9 @@ class ThermalizationCheck(Callback):
         return {PREFIX + key: value for key, value in metrics.items()}
 
     def on_train_end(self, trainer, pl_module) -> None:
-        metrics = self.summary_metrics()
+        metrics = self.summary_metrics()  # written into summary.json by RunSummary
         if not metrics:
             return
-        for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.global_step)
         merge = metrics[PREFIX + "merge_step"]
         rank_zero_info(
             f"ThermalizationCheck: informed test MSE {metrics[PREFIX + 'informed_test_mse']:.3g}, uninformed "

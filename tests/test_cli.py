@@ -18,7 +18,10 @@ def run_dir(root: Path) -> Path:
     return summary.parent
 
 
-@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml")))
+FNBG_XOR = ["fnbg/xor_nbg.yaml", "fnbg/xor_nbg_deep.yaml"]  # standalone configs outside the top level
+
+
+@pytest.mark.parametrize("recipe", sorted([p.name for p in RECIPES.glob("*.yaml")] + FNBG_XOR))
 def test_recipe_runs_at_tiny_size(recipe, tmp_path):
     main(["fit", "-c", str(RECIPES / recipe), "--trainer.default_root_dir", str(tmp_path), "--wandb", "false", *TINY])
     directory = run_dir(tmp_path)

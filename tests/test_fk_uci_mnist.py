@@ -33,9 +33,9 @@ def write_table(path, rows, header=None):
 
 
 @pytest.fixture
-def run_uci(monkeypatch):
-    monkeypatch.syspath_prepend(str(RECIPES))
-    return importlib.import_module("run_uci")
+def run_uci():
+    """The UCI preprocessing that run_uci.py applies (lit_bayes.data.uci_sets)."""
+    return importlib.import_module("lit_bayes.data.uci_sets")
 
 
 # ----------------------------------------------------------------------------- UCI data

@@ -162,7 +162,7 @@ def test_informed_start_and_thermalization_check(tmp_path):
     data = TeacherStudent(**spec, num_train=40, num_test=100, seed=5)
     data.setup()
     sampler = IntermediateHMC(copy.deepcopy(data.teacher), step_size=2e-3, num_leapfrog=10, num_chains=2, seed=0,
-                              adapt_steps=0)
+                              adapt_steps=0, informed_chains=1)
     check = ThermalizationCheck(informed_chains=1, every_n_steps=1, window=2, rhat_block=4)
     fit(sampler, data, 10, [check])
     mse = check.traces()["test_mse"]

@@ -1,14 +1,23 @@
-"""recipes/structured: the mixing summary (pooled and per-chain ESS) and the Fig. 3 MNIST script
-end to end on MNIST idx files of random pixels."""
+"""recipes/structured: the mixing summary (pooled and per-chain ESS, lit_bayes.mixing), the Fig. 3
+MNIST script end to end on MNIST idx files of random pixels, every YAML of the folder at a tiny
+size, and the library pieces the recipes use (CoordinateMixing, the stand-in data sets, fit_cell)."""
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
+import pytest
 import torch
 
-from tests.script_modules import load_script
+import lit_bayes.samplers
+from lit_bayes import Gaussian, GaussianPrior
+from lit_bayes.callbacks import CoordinateMixing
+from lit_bayes.data import ClassPrototypes, CorrelatedLinearRegression, LinearRegression, RandomFeatureRegression
+from lit_bayes.mixing import coordinate_mixing
+from lit_bayes.recipe_runs import fit_cell, settings_overrides
+from lit_bayes.samplers.structured_sgmcmc import StructuredSGMCMC
 from tests.test_data import write_mnist
 
 STRUCTURED = Path(__file__).resolve().parents[1] / "recipes" / "structured"
@@ -21,7 +30,7 @@ def test_per_chain_ess_sees_independent_draws_that_the_pooled_ess_does_not():
     draws = 400
     trace = torch.randn(4, draws, 30, generator=torch.Generator().manual_seed(0))
     trace += 50.0 * torch.arange(4.0)[:, None, None]
-    result = load_script("structured_common", STRUCTURED / "common.py").mixing(trace)
+    result = coordinate_mixing(trace)
     assert result["coords"] == 30 and result["draws_per_chain"] == draws
     assert 0.7 * draws < result["ess_within_median"] < 1.3 * draws
     assert result["ess_median"] < 10
@@ -42,3 +51,83 @@ def test_fig3_script_runs_on_mnist_files(tmp_path):
     for run in results.values():
         assert run["mixing"]["draws_per_chain"] == 6  # the second half of the run
         assert run["ess_within_per_1000_passes"] > 0
+
+
+TINY = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3", "--model.init_args.burn_in", "2",
+        "--trainer.check_val_every_n_epoch", "1"]
+SMALL_DATA = {  # the recipes' data at a tiny size (MNIST: idx files written by the test)
+    "toy_sd_sgld.yaml": ["--data.init_args.batch_size", "20"],
+    "mnist_mlp.yaml": ["--data.init_args.batch_size", "8"],
+    "resnet20.yaml": ["--data.class_path", "lit_bayes.data.ClassPrototypes", "--data.init_args.input_shape",
+                      "[3, 32, 32]", "--data.init_args.num_train", "24", "--data.init_args.num_test", "8",
+                      "--data.init_args.batch_size", "8"],
+    "uci_partitions.yaml": ["--data.class_path", "lit_bayes.data.RandomFeatureRegression",
+                            "--data.init_args.num_features", "8"],
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in STRUCTURED.glob("*.yaml")))
+def test_recipe_runs_at_tiny_size(recipe, tmp_path):
+    """The smoke test of tests/test_cli.py for the recipes of this folder (same assertions), plus the
+    mixing block every one of them writes."""
+    extra = list(SMALL_DATA[recipe])
+    if recipe == "mnist_mlp.yaml":
+        write_mnist(tmp_path / "data", "MNIST")
+        extra += ["--data.init_args.root", str(tmp_path / "data")]
+    summary = fit_cell(STRUCTURED / recipe, tmp_path / "run", [*TINY, *extra])
+    assert summary["sampler"] in lit_bayes.samplers.__all__
+    assert summary["steps"] == 6
+    assert summary["wall_time_s"] > 0
+    assert "test/nlpd" in summary["metrics"]
+    assert (tmp_path / "run" / "config.yaml").exists()
+    assert list((tmp_path / "run").rglob("*.ckpt"))
+    assert summary["metrics"]["mixing/draws_per_chain"] == 4
+    assert fit_cell(STRUCTURED / recipe, tmp_path / "run", ["--no-such-option"]) == summary  # finished: read back
+
+
+def test_coordinate_mixing_callback_counts_composite_passes_and_resumes():
+    sampler = StructuredSGMCMC(torch.nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), num_chains=2, burn_in=3,
+                               partition="fully_factorised", mode="dropout", keep_prob=0.5, num_masks=3, seed=0)
+    callback = CoordinateMixing(num_coords=3, max_draws=5)
+    data = LinearRegression(num_train=20, num_val=5, num_test=5)
+    trainer = L.Trainer(max_steps=12, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, callbacks=[callback])
+    trainer.fit(sampler, datamodule=data)
+    metrics = callback.summary_metrics()
+    assert metrics["mixing/forward_backward_passes"] == 12 * 3
+    assert metrics["mixing/draws_per_chain"] == 5 and metrics["mixing/coords"] == 3  # the newest 5 of 9 kept
+    assert torch.equal(callback.trace()[:, -1], sampler.chains.flat()[:, callback.picks])
+    again = CoordinateMixing(num_coords=3, max_draws=5)
+    again.load_state_dict(callback.state_dict())
+    assert torch.equal(again.trace(), callback.trace()) and torch.equal(again.picks, callback.picks)
+
+
+def test_coordinate_mixing_rejects_a_short_or_frozen_trace():
+    with pytest.raises(ValueError, match="draws >= 4"):
+        coordinate_mixing(torch.randn(2, 3, 5))
+    with pytest.raises(ValueError, match="no coordinate"):
+        coordinate_mixing(torch.ones(2, 10, 5))
+
+
+def test_stand_in_data_sets():
+    toy = CorrelatedLinearRegression(covariate_corr=0.8, num_train=4000, seed=1)
+    toy.setup()
+    x, _ = toy.train_data.tensors
+    assert abs(float(torch.corrcoef(x.T)[0, 1]) - 0.8) < 0.05 and abs(float(torch.corrcoef(x.T)[1, 2]) - 0.64) < 0.05
+    with pytest.raises(ValueError, match="covariate_corr"):
+        CorrelatedLinearRegression(covariate_corr=1.0)
+    images = ClassPrototypes((1, 4, 4), num_classes=3, num_train=30, num_test=9, seed=0)
+    images.setup()
+    assert images.train_data.tensors[0].shape == (30, 1, 4, 4) and int(images.test_data.tensors[1].max()) < 3
+    table = RandomFeatureRegression(num_features=5, num_train=20, num_val=4, num_test=6, seed=0)
+    table.setup()
+    assert table.val_data.tensors[0].shape == (4, 5) and table.test_data.tensors[1].shape == (6,)
+    again = RandomFeatureRegression(num_features=5, num_train=20, num_val=4, num_test=6, seed=0)
+    again.setup()
+    assert torch.equal(again.train_data.tensors[1], table.train_data.tensors[1])
+
+
+def test_settings_overrides():
+    assert settings_overrides({"model.init_args.group_ids": [0, 1], "data.init_args.download": False,
+                               "--trainer.max_epochs": 3}) == [
+        "--model.init_args.group_ids", "[0, 1]", "--data.init_args.download", "false", "--trainer.max_epochs", "3"]

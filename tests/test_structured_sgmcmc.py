@@ -119,7 +119,7 @@ def test_batched_composites_equal_a_python_loop_over_composites(options):
         for k in range(sampler.num_composites):
             composite = keep[c, k] * theta[c] + (1 - keep[c, k]) * tilde[c, k]
             params = sampler.chains.unflatten(composite.unsqueeze(0))
-            naive[c] = naive[c] + sampler.normaliser() * sampler.energy(params, x, y)[0]
+            naive[c] = naive[c] + sampler.structure.normaliser() * sampler.energy(params, x, y)[0]
     (naive_grad,) = torch.autograd.grad(naive.sum(), theta)
     torch.testing.assert_close(fast, naive, rtol=1e-5, atol=1e-4)
     fast_grad = torch.cat([g.reshape(sampler.num_chains, -1) for g in fast_grads], dim=1)
@@ -231,4 +231,4 @@ def test_layer_and_node_partitions_of_an_mlp():
     layer = StructuredSGMCMC(MLP([3, 4, 2]), Categorical(2), partition="layer")
     node = StructuredSGMCMC(MLP([3, 4, 2]), Categorical(2), partition="node", mode="structured")
     assert layer.num_groups == 2 and node.num_groups == 6 and node.num_composites == 6
-    assert layer.normaliser() == pytest.approx(1 / (4 * 0.5)) and node.normaliser() == 1.0
+    assert layer.structure.normaliser() == pytest.approx(1 / (4 * 0.5)) and node.structure.normaliser() == 1.0

@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
 from lit_bayes.callbacks.run_summary import RunSummary
-from lit_bayes.callbacks.thermalization import ThermalizationCheck, settled_index
+from lit_bayes.callbacks.thermalization import ThermalizationCheck, merge_band, merge_indices, settled_index
 from lit_bayes.data import LinearRegression
 from lit_bayes.data.teacher_student import TeacherStudent
 from lit_bayes.models.noisy_mlp import NoisyMLP
@@ -42,7 +42,9 @@ def fit(activation, delta, init, steps, root, callbacks=(), ckpt_path=None, num_
     torch.set_num_threads(1)
     data = TeacherStudent(widths=WIDTHS, activation=activation, delta_z=delta, delta_x=delta, num_train=60,
                           num_test=100, seed=data_seed)
-    sampler = NoisyGibbs(NoisyMLP(WIDTHS, activation, delta, delta), num_chains=num_chains, init=init, seed=1)
+    informed = 0 if check.get("informed_run") else 1  # the chains the sampler starts at the teacher
+    sampler = NoisyGibbs(NoisyMLP(WIDTHS, activation, delta, delta), num_chains=num_chains, init=init, seed=1,
+                         informed_chains=informed)
     options = dict(every_n_steps=2, window=10, rhat_block=25, rhat_points=20, tolerance=0.5)
     check_callback = ThermalizationCheck(**{**options, **check})
     checkpointing = any(isinstance(c, ModelCheckpoint) for c in callbacks)
@@ -249,10 +251,39 @@ def test_records_reach_the_csv_file_during_the_run(tmp_path):
 
     torch.set_num_threads(1)
     data = TeacherStudent(widths=WIDTHS, activation="relu", delta_z=0.1, delta_x=0.1, num_train=30, num_test=20)
-    sampler = NoisyGibbs(NoisyMLP(WIDTHS, "relu", 0.1, 0.1), num_chains=2, init="zeros")
+    sampler = NoisyGibbs(NoisyMLP(WIDTHS, "relu", 0.1, 0.1), num_chains=2, init="zeros", informed_chains=1)
     trainer = L.Trainer(logger=CSVLogger(tmp_path, name=""), enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, max_epochs=50, limit_val_batches=0, log_every_n_steps=1000,
                         callbacks=[ThermalizationCheck(every_n_steps=10, window=2, rhat_block=4, rhat_points=4),
                                    ReadCSV()])
     trainer.fit(sampler, datamodule=data)
     assert len(rows) >= 4  # the records of steps 0, 10, 20, 30 (and 40)
+
+
+def test_merge_band_and_merge_indices():
+    """The merge rule as library functions (used by ThermalizationCheck and the Exp. B script): phi-bar is the
+    mean of the informed records' last half, the band at least +-tolerance around it; a chain merges at the
+    first record from which its trailing mean stays in the band."""
+    informed = torch.full((1, 20), 2.0, dtype=torch.float64)
+    reference, low, high = merge_band(informed, window=2, delta=0.1, tolerance=0.2, reference_fraction=0.5)
+    assert reference == 2.0 and math.isclose(low, 1.6) and math.isclose(high, 2.4)
+    merging = torch.tensor([[9.0] * 5 + [2.0] * 15, [9.0] * 20], dtype=torch.float64)
+    assert merge_indices(merging, low, high, window=2, delta=0.0) == [6, None]
+
+
+@pytest.mark.parametrize("informed_chains, message", [
+    (-1, "informed_chains must be an integer >= 0"),
+    (3, r"informed_chains \(3\) must be at most num_chains \(2\)"),
+])
+def test_sampler_informed_chains_is_checked(informed_chains, message):
+    with pytest.raises(ValueError, match=message):
+        NoisyGibbs(NoisyMLP([2, 3, 1]), num_chains=2, informed_chains=informed_chains)
+
+
+def test_sampler_and_callback_must_agree_on_the_informed_chains(tmp_path):
+    """The informed start is the sampler's configuration; the callback only checks it."""
+    data = TeacherStudent(widths=(3, 2, 1), num_train=10, num_test=5)
+    with pytest.raises(ValueError, match=r"the sampler's informed_chains \(0\) must equal ThermalizationCheck's"):
+        L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=1,
+                  callbacks=[ThermalizationCheck()], limit_val_batches=0, default_root_dir=tmp_path).fit(
+            NoisyGibbs(NoisyMLP([3, 2, 1]), num_chains=2), datamodule=data)

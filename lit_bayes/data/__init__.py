@@ -2,6 +2,7 @@
 from .base import BayesDataModule, EpochBatchSampler
 from .crescent import CrescentData
 from .images import TorchvisionImages
+from .stand_ins import ClassPrototypes, CorrelatedLinearRegression, RandomFeatureRegression
 from .synthetic import LinearRegression, NoisyXOR, SyntheticRegression, TwoMoons
 from .tabular import TabularCSV
 from .teacher_student import TeacherStudent
@@ -9,10 +10,13 @@ from .uci import UCICSV
 
 __all__ = [
     "BayesDataModule",
+    "ClassPrototypes",
+    "CorrelatedLinearRegression",
     "CrescentData",
     "EpochBatchSampler",
     "LinearRegression",
     "NoisyXOR",
+    "RandomFeatureRegression",
     "SyntheticRegression",
     "TabularCSV",
     "TeacherStudent",

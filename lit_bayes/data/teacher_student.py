@@ -4,21 +4,58 @@ A teacher :class:`lit_bayes.models.NoisyMLP` is drawn from its prior, inputs are
 and the training labels come from the intermediate-noise generative process (eq. 7), or from the
 noiseless network (``noiseless_labels=True``, as in the paper's Fig. 2). Validation and test labels
 are always noiseless (§3). The teacher and its training latents (with the noise realisations
-actually used for the labels) are exposed for the informed initialisation (spec §8 item 5).
+actually used for the labels) are exposed for the informed initialisation (spec §8 item 5):
+a sampler of the intermediate posterior given ``informed_chains`` reads them at setup
+(:func:`teacher_of`, :func:`check_student`).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
-from torch import Tensor
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor, nn
 
 from .base import BayesDataModule
 from lit_bayes.models.noisy_mlp import NoisyMLP
 from lit_bayes.validation import check_int
 
-__all__ = ["TeacherStudent"]
+__all__ = ["TeacherStudent", "check_student", "teacher_of"]
+
+ARCHITECTURE = ("widths", "activation", "output", "has_bias")
+MATCHED = ("delta_z", "delta_x", "prior_precision", "bias_precision")
+
+
+def teacher_of(datamodule: Any, user: str) -> tuple[NoisyMLP, dict[str, Tensor]]:
+    """The teacher network and its training latents of a teacher-student DataModule (after its setup),
+    or a clear error naming ``user``, the one who needs them."""
+    teacher = getattr(datamodule, "teacher", None)
+    latents = getattr(datamodule, "train_latents", None)
+    if teacher is None or latents is None:
+        raise ValueError(f"{user} needs a teacher-student DataModule exposing `teacher` and `train_latents` "
+                         f"(lit_bayes.data.TeacherStudent), got {type(datamodule).__name__}")
+    return teacher, latents
+
+
+def check_student(teacher: NoisyMLP, student: nn.Module, temperature: float = 1.0,
+                  noiseless_labels: bool = False, warn: bool = True) -> None:
+    """Raise if ``student`` is not the teacher's network (widths, activation, output, biases); with
+    ``warn``, warn when the teacher's joint is not the student's posterior (other noise variances or
+    priors, a temperature other than 1, noiseless labels): a chain started at the teacher is then only
+    approximately an equilibrium sample (spec §8 item 5)."""
+    for attribute in ARCHITECTURE:
+        if getattr(teacher, attribute) != getattr(student, attribute, None):
+            raise ValueError(f"the teacher's {attribute} ({getattr(teacher, attribute)!r}) differs from the "
+                             f"sampler model's ({getattr(student, attribute, None)!r})")
+    if not warn:
+        return
+    mismatched = [a for a in MATCHED if getattr(teacher, a) != getattr(student, a)]
+    if temperature != 1.0:
+        mismatched.append("temperature")
+    if mismatched or noiseless_labels:
+        rank_zero_warn(f"the teacher's {mismatched or 'labels (noiseless)'} differ from the posterior's: the "
+                       "informed start is only approximately an equilibrium sample (spec §8 item 5)")
 
 
 class TeacherStudent(BayesDataModule):

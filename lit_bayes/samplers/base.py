@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from lit_bayes.chains import ChainState, stacked_call
 from lit_bayes.cuda_probe import restore_nvml_probe, skip_nvml_probe_without_driver
-from lit_bayes.posterior import GaussianPrior, Likelihood, Posterior
+from lit_bayes.posterior import GaussianPrior, Likelihood, Posterior, Prior
 from lit_bayes.predictive import Predictive, marginal_predictive, posterior_samples, uniform_log_weights
 from lit_bayes.strategy import release_process_group_at_exit
 from lit_bayes.validation import check_int, check_interval, check_optional_int
@@ -128,7 +128,7 @@ class SamplerModule(L.LightningModule):
         self,
         model: nn.Module,
         likelihood: Likelihood,
-        prior: GaussianPrior | None = None,
+        prior: Prior | None = None,
         num_data: int | None = None,
         temperature: float = 1.0,
         minibatch_scaling: Literal["rescaled", "sum"] = "rescaled",

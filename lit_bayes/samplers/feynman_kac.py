@@ -26,7 +26,7 @@ from torch import Tensor
 
 from lit_bayes.models.partial_bnn import PartialBNN
 from lit_bayes.optimizers import check_optimizer_name, make_optimizer
-from lit_bayes.posterior import GaussianPrior, Likelihood
+from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.steppers.feynman_kac import Cloud, FeynmanKacStepper, OHSMCStepper, SGSMCStepper
 from lit_bayes.steppers.smc import Reweighted
@@ -87,7 +87,7 @@ class FeynmanKacSampler(SamplerModule):
         self,
         model: PartialBNN,
         likelihood: Likelihood,
-        prior: GaussianPrior | None = None,
+        prior: Prior | None = None,
         num_particles: int = 1000,
         kernel: Literal["random_walk", "ou", "rwmh"] | None = None,
         kernel_options: dict[str, Any] | None = None,
@@ -120,7 +120,6 @@ class FeynmanKacSampler(SamplerModule):
                 "parameters deterministic, or sample the whole network with SGMCMC, HMC or BlockGibbs"
             )
         check_int("num_particles", num_particles, 1)
-        check_positive("temperature", temperature)
         super().__init__(
             model=model, likelihood=likelihood, prior=prior, num_data=num_data, temperature=temperature,
             minibatch_scaling="rescaled", num_chains=num_particles, burn_in=burn_in, thinning=thinning, seed=seed,

@@ -6,7 +6,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from lit_bayes.posterior import GaussianPrior, Likelihood
+from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.samplers.full_batch import FullBatchOnly
 from lit_bayes.steppers.hmc import HMCStepper
@@ -39,7 +39,7 @@ class HMC(FullBatchOnly, SamplerModule):
         self,
         model: nn.Module,
         likelihood: Likelihood,
-        prior: GaussianPrior | None = None,
+        prior: Prior | None = None,
         step_size: float = 1e-2,
         num_leapfrog: int = 10,
         target_accept: float = 0.65,
@@ -119,7 +119,7 @@ class MALA(HMC):
     Takes :class:`HMC`'s other options, ``step_size_jitter`` included (the path has one step, so
     there is no ``num_leapfrog_jitter``)."""
 
-    def __init__(self, model: nn.Module, likelihood: Likelihood, prior: GaussianPrior | None = None,
+    def __init__(self, model: nn.Module, likelihood: Likelihood, prior: Prior | None = None,
                  step_size: float = 1e-2, target_accept: float = 0.574, **kwargs: Any) -> None:
         super().__init__(model, likelihood, prior, step_size=step_size, num_leapfrog=1,
                          target_accept=target_accept, **kwargs)

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from lit_bayes.optimizers import check_optimizer_name, make_optimizer
-from lit_bayes.posterior import GaussianPrior, Likelihood
+from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.validation import check_positive
 
@@ -34,7 +34,7 @@ class MAP(SamplerModule):
         self,
         model: nn.Module,
         likelihood: Likelihood,
-        prior: GaussianPrior | None = None,
+        prior: Prior | None = None,
         optimizer: str = "adam",
         lr: float = 1e-2,
         optimizer_options: dict[str, Any] | None = None,

@@ -16,8 +16,9 @@ larger energy errors for trajectories crossing the kink.
 
 Full batch only; HMC (App. H.1, Alg. 3) or MALA (App. H.2, Alg. 4) transitions of all chains at
 once by :class:`lit_bayes.steppers.hmc.HMCStepper` (identity mass matrix, as in the paper). The
-latents are parameters of :attr:`IntermediateHMC.latents` (a :class:`lit_bayes.chains.ChainState`,
-``(C, n, d_l)`` each) and are saved in checkpoints; the kept samples are the weights and biases
+latents are the parameters of :attr:`IntermediateHMC.latents` (the
+:class:`lit_bayes.samplers.noisy_gibbs.LatentChains` store :class:`NoisyGibbs` keeps too, ``(C, n, d_l)``
+each) and are saved in checkpoints; the kept samples are the weights and biases
 only (the latents are discarded, §1.1), and predictions use the noiseless network (§3).
 """
 from __future__ import annotations
@@ -28,11 +29,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from lit_bayes.chains import ChainState
 from lit_bayes.models.noisy_mlp import NoisyMLP
 from lit_bayes.noisy_energy import JointDensity
 from lit_bayes.samplers.hmc import HMC
-from lit_bayes.samplers.noisy_gibbs import DTYPES, CanonicalBatch, InformedStart
+from lit_bayes.samplers.noisy_gibbs import (DTYPES, CanonicalBatch, InformedStart, LatentChains, check_full_batch,
+                                             check_informed_chains)
 from lit_bayes.steppers.hmc import HMCStepper
 from lit_bayes.validation import check_positive
 
@@ -41,7 +42,7 @@ __all__ = ["IntermediateHMC", "IntermediateMALA"]
 INITS = ("normal", "zeros", "prior", "template")
 
 
-class IntermediateHMC(InformedStart, HMC):
+class IntermediateHMC(HMC):
     """HMC over the weights, biases and latents of a :class:`NoisyMLP` (the joint of eq. 4).
 
     Args:
@@ -58,8 +59,10 @@ class IntermediateHMC(InformedStart, HMC):
             the synthetic runs), ``"zeros"`` (all 0, the Gibbs sampler's start), ``"prior"`` (weights
             from the prior, latents through the generative process eq. 7 with fresh noise) or
             ``"template"`` (``model``'s parameters, latents as for ``"prior"``). Given chains can start
-            elsewhere with :meth:`set_initial_parameters` and :meth:`set_initial_latents` (the informed
-            start at the teacher, spec §4).
+            elsewhere with :meth:`set_initial_parameters` and :meth:`set_initial_latents`.
+        informed_chains: the first ``informed_chains`` chains start at the teacher of the run's
+            teacher-student DataModule, read at setup (its weights, biases and training latents, spec §4;
+            as in :class:`NoisyGibbs`); 0 (default): none.
         init_std: standard deviation of ``init="normal"``.
         dtype: ``"float32"`` or ``"float64"`` for the weights and latents.
         temperature: T > 0 (finite): the target is the joint of eq. 4 raised to 1/T (1: the posterior),
@@ -87,6 +90,7 @@ class IntermediateHMC(InformedStart, HMC):
         dtype: Literal["float32", "float64"] = "float32",
         num_draws: int | None = None,
         temperature: float = 1.0,
+        informed_chains: int = 0,
     ) -> None:
         if not isinstance(model, NoisyMLP):
             raise ValueError(f"model must be a lit_bayes.models.NoisyMLP, got {type(model).__name__}")
@@ -110,10 +114,13 @@ class IntermediateHMC(InformedStart, HMC):
         self.start = init
         self.dtype_name = dtype
         self.canonical_batch = CanonicalBatch(DTYPES[dtype])
-        self.latents: ChainState | None = None
-        self._latents_fresh = False  # storage allocated, values still to be drawn at the first step
-        self._pending_parameters: tuple[Tensor, dict[str, Tensor]] | None = None
-        self._pending_latents: tuple[Tensor, dict[str, Tensor]] | None = None
+        self.informed_chains = check_informed_chains(informed_chains, num_chains)
+        sizes = model.latent_sizes()
+        self.latents = LatentChains({name: sizes[name] for name in self.latent_names()}, num_chains, DTYPES[dtype],
+                                    requires_grad=True)
+        self.informed = InformedStart(num_chains, {n: p.shape for n, p in model.named_parameters()},
+                                      self.latent_names(), DTYPES[dtype],
+                                      ignored_latents=set(model.latent_names()) - set(self.latent_names()))
 
     # ------------------------------------------------------------------ state
     def initial_state(self, generator: torch.Generator) -> dict[str, Tensor]:
@@ -122,7 +129,14 @@ class IntermediateHMC(InformedStart, HMC):
         if self.start == "zeros":
             state = {name: torch.zeros_like(p) for name, p in state.items()}
         state = {name: p.to(dtype) for name, p in state.items()}
-        return self.apply_initial_parameters(state, dtype)
+        return self.informed.apply_parameters(state)
+
+    def set_initial_parameters(self, parameters: Mapping[str, Tensor], chains: Sequence[int] | None = None) -> None:
+        """Start the given chains (default all) at ``parameters`` instead of ``init``'s weights (the model's
+        parameter names to tensors of their shapes, :meth:`InformedStart.set_parameters`). Call it before ``fit``."""
+        if self.chains is not None:
+            raise RuntimeError("set_initial_parameters must be called before fit: the chains already exist")
+        self.informed.set_parameters(parameters, chains)
 
     def set_initial_latents(self, inputs: Tensor, targets: Tensor, latents: Mapping[str, Tensor],
                             chains: Sequence[int] | None = None) -> None:
@@ -131,28 +145,24 @@ class IntermediateHMC(InformedStart, HMC):
         ``(n, d_l)`` or ``(C, n, d_l)`` tensors whose rows follow the rows of ``(inputs, targets)``.
         A probit output's scores Z^(L+1) are not part of the state (integrated out) and are ignored.
         Call it before ``fit``."""
-        names = self.latent_names()
-        given = {name: value for name, value in latents.items() if name in names}
-        if sorted(given) != sorted(names) or any(name not in self.model.latent_names() for name in latents):
-            raise ValueError(f"latents must hold exactly {names}, got {sorted(latents)}")
-        self.queue_initial_latents(inputs, targets, given, chains)
+        self.informed.set_latents(inputs, targets, latents, chains)
 
     def latent_names(self) -> list[str]:
         """The sampled latents: ``z2, x2, ..., zL, xL`` (no probit scores: those are integrated out)."""
         return [f"{kind}{j}" for j in range(2, self.model.depth + 1) for kind in ("z", "x")]
 
     def setup(self, stage: str) -> None:
+        if stage == "fit" and self.informed_chains and self.chains is None:
+            self.informed.at_teacher(getattr(self._trainer, "datamodule", None), self.model, self.informed_chains,
+                                     self.posterior.temperature)
         super().setup(stage)
-        if self.latents is not None:
+        if self.latents.allocated:
             return
         num = self.posterior.num_data
         if num is None:
             raise ValueError("IntermediateHMC needs the training-set size for its latents: pass num_data or use a "
                              "DataModule exposing num_train")
-        dtype = DTYPES[self.dtype_name]
-        self.latents = ChainState({name: torch.zeros(self.num_chains, num, self.model.widths[int(name[1:]) - 1],
-                                                     dtype=dtype) for name in self.latent_names()})
-        self._latents_fresh = True
+        self.latents.allocate(num)
 
     def initial_latents(self, inputs: Tensor) -> dict[str, Tensor]:
         """Every chain's latents at the first step (see ``init``), rows in the canonical order of ``inputs``."""
@@ -167,18 +177,11 @@ class IntermediateHMC(InformedStart, HMC):
             net, _ = self.split_parameters(self.chains.snapshot())
             generated, _ = self.model.generate(net, inputs, generator)
             latents = {name: generated[name] for name in self.latent_names()}
-        return self.apply_initial_latents(latents)
+        return self.informed.apply_latents(latents)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
-        saved = {k[len("latents."):]: v for k, v in checkpoint.get("state_dict", {}).items()
-                 if k.startswith("latents.")}
-        if self.latents is not None:
-            for name, value in self.latents.as_dict().items():
-                if name in saved and saved[name].shape != value.shape:
-                    raise ValueError(f"checkpoint holds latents {name} of shape {tuple(saved[name].shape)}, this "
-                                     f"sampler has {tuple(value.shape)}: another training set, model or num_chains")
-        self._latents_fresh = False
+        self.latents.restore(checkpoint.get("state_dict", {}), "latents.", self.device)
 
     # ------------------------------------------------------------------ steps
     def configure_optimizers(self):
@@ -189,18 +192,11 @@ class IntermediateHMC(InformedStart, HMC):
         """The full training set in canonical order (inputs in the state's dtype), its targets and the
         live latents (drawn on the first call of a fresh run, see ``init``)."""
         x, y = self.check_batch(batch)
-        expected = self.latents.z2.shape[1]
-        if x.shape[0] != expected:
-            raise ValueError(f"{type(self).__name__} is full batch: the training batch has {x.shape[0]} points, "
-                             f"the training set {expected}; use batch_size=None")
+        check_full_batch(type(self).__name__, x.shape[0], self.latents.num_rows)
         inputs, targets = self.canonical_batch(x, y)
-        latents = self.latents.as_dict()
-        if self._latents_fresh:
-            with torch.no_grad():
-                for name, value in self.initial_latents(inputs).items():
-                    latents[name].copy_(value)
-            self._latents_fresh = False
-        return inputs, targets, latents
+        if self.latents.fresh:
+            self.latents.fill(self.initial_latents(inputs))
+        return inputs, targets, self.latents.as_dict()
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         inputs, targets, latents = self.sweep_inputs(batch)

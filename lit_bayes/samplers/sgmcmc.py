@@ -6,7 +6,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from lit_bayes.posterior import GaussianPrior, Likelihood
+from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.schedules import StepSizeSchedule
 from lit_bayes.steppers import PSGLD, SGHMC, SGLD
@@ -37,7 +37,7 @@ class SGMCMC(SamplerModule):
         self,
         model: nn.Module,
         likelihood: Likelihood,
-        prior: GaussianPrior | None = None,
+        prior: Prior | None = None,
         stepper: Literal["sgld", "psgld", "sghmc"] = "sgld",
         step_size: float = 1e-4,
         schedule: Literal["constant", "polynomial", "cyclical"] = "constant",

@@ -14,14 +14,17 @@ gradient of the base stepper by the gradient of (structured-sgmcmc spec §1-2)
   Bernoulli(ρ), uniform or one-hot laws of :mod:`lit_bayes.masks`. Cost: K composites.
 
 Only the gradient changes: the noise, preconditioner and momentum are the base stepper's
-(SGLD, pSGLD, SGHMC; Eqs. 44-46), applied to every parameter (spec §3, §7 item 6). Every
+(SGLD, pSGLD, SGHMC; Eqs. 44-46), applied to every parameter (spec §3, §7 item 6). The
+structured energy, Algorithms 1 and 2 step by step, is
+:class:`lit_bayes.steppers.structured.StructuredEnergy`; this module keeps the state (the
+partition, the buffer of past states), the generators, checkpoints and logging. Every
 composite of a step sees the same minibatch, and the C·K composites of all chains are
 evaluated in one vectorised call (one leading dimension of C·K parameter sets through
 :func:`lit_bayes.chains.stacked_call`).
 
 Randomness: the stepper noise comes from the module's generator (as in :class:`SGMCMC`);
-masks and buffer indices come from a second generator of the module, seeded from the same
-``seed`` on its own stream. Both are checkpointed. Keeping the streams apart means a
+masks and buffer indices come from the module's ``"structure"`` stream
+(:attr:`SamplerModule.STREAMS`). Both are checkpointed. Keeping the streams apart means a
 structured chain with keep-probability 1 draws exactly the noise of the plain chain.
 """
 from __future__ import annotations
@@ -32,10 +35,11 @@ import torch
 from torch import Tensor, nn
 
 from lit_bayes import blocks
-from lit_bayes.masks import MaskLaw, structured_masks
-from lit_bayes.posterior import GaussianPrior, Likelihood
+from lit_bayes.masks import MaskLaw
+from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.sample_buffer import SampleBuffer
 from lit_bayes.samplers.sgmcmc import SGMCMC
+from lit_bayes.steppers.structured import StructuredEnergy
 from lit_bayes.validation import check_int
 
 __all__ = ["StructuredSGMCMC"]
@@ -75,7 +79,7 @@ class StructuredSGMCMC(SGMCMC):
         self,
         model: nn.Module,
         likelihood: Likelihood,
-        prior: GaussianPrior | None = None,
+        prior: Prior | None = None,
         stepper: Literal["sgld", "psgld", "sghmc"] = "sgld",
         step_size: float = 1e-4,
         schedule: Literal["constant", "polynomial", "cyclical"] = "constant",
@@ -115,7 +119,6 @@ class StructuredSGMCMC(SGMCMC):
             raise ValueError(f"buffer_init must be 'initial' or 'warm_start', got {buffer_init!r}")
         self.mode = mode
         self.num_masks = check_int("num_masks", num_masks, 1)
-        self.mask_law = MaskLaw(mask, keep_prob)
         self.buffer_size = check_int("buffer_size", buffer_size, 1)
         self.buffer_start = check_int("buffer_start", buffer_start, 0)
         self.buffer_init = buffer_init
@@ -125,6 +128,7 @@ class StructuredSGMCMC(SGMCMC):
         self.register_buffer("group_ids", self.partition.block_ids.clone(), persistent=False)
         # group g is parameter g (fully factorised): masks and past indices need no expansion
         self.groups_are_parameters = torch.equal(self.group_ids, torch.arange(self.group_ids.numel()))
+        self.structure = StructuredEnergy(mode, self.partition.num_blocks, MaskLaw(mask, keep_prob), self.num_masks)
         self.sample_buffer: SampleBuffer | None = None
 
     @property
@@ -134,14 +138,8 @@ class StructuredSGMCMC(SGMCMC):
 
     @property
     def num_composites(self) -> int:
-        """Composite parameter sets per chain and step: M (structured) or K (dropout)."""
-        return self.num_groups if self.mode == "structured" else self.num_masks
-
-    def normaliser(self) -> float:
-        """``M / (K E[Σ r_i])`` (Eq. 16): 1 for the M one-hot masks of S-SGMCMC."""
-        if self.mode == "structured":
-            return 1.0
-        return self.mask_law.normaliser(self.num_groups, self.num_masks)
+        """Composite parameter sets per chain and step, the step's cost in energies: M or K."""
+        return self.structure.num_composites
 
     # ------------------------------------------------------------------ state
     def setup(self, stage: str) -> None:
@@ -177,40 +175,19 @@ class StructuredSGMCMC(SGMCMC):
 
     # ----------------------------------------------------------------- energy
     def draw_composites(self) -> tuple[Tensor, Tensor]:
-        """One step's group masks ``(C, K, M)`` and past samples θ̃ ``(C, K, P)``.
-
-        K is :attr:`num_composites`. Masks, then buffer indices, are drawn from the
-        structure generator; θ̃ are detached copies from the buffer.
-        """
-        chains, groups, composites = self.num_chains, self.num_groups, self.num_composites
-        like = self.sample_buffer.samples
-        if self.mode == "structured":
-            masks = structured_masks(groups, like.device, like.dtype).expand(chains, groups, groups)
-        else:
-            masks = self.mask_law.sample((chains, composites), groups, self.structure_generator,
-                                         like.device, like.dtype)
+        """One step's group masks ``(C, K, M)`` and past samples θ̃ ``(C, K, P)``
+        (:meth:`lit_bayes.steppers.structured.StructuredEnergy.draw`, on the structure generator)."""
         group_ids = None if self.groups_are_parameters else self.group_ids
-        tilde = self.sample_buffer.draw(group_ids, groups, composites, self.structure_generator)
-        return masks, tilde
+        return self.structure.draw(self.sample_buffer, group_ids, self.structure_generator)
 
     def structured_energy(self, x: Tensor, y: Tensor, masks: Tensor, tilde: Tensor) -> Tensor:
-        """``U_hat^(S)`` (Eq. 14) or ``U_hat^(S_d)`` (Eq. 16) of every chain, shape ``(C,)``.
-
-        ``masks`` ``(C, K, M)`` are broadcast to their groups' parameters; the composites
-        ``r θ + (1 - r) θ̃`` ``(C, K, P)`` are evaluated as C·K stacked parameter sets in one
-        call of :meth:`energy` (all on the minibatch ``x, y``), and the K energies of each
-        chain are summed and multiplied by :meth:`normaliser`. Gradients reach θ only
-        through ``r θ``.
-        """
-        chains = self.num_chains
-        flat = torch.cat([p.reshape(chains, -1) for p in self.chains.as_dict().values()], dim=1)
-        count = masks.shape[1]
-        keep = masks if self.groups_are_parameters else torch.gather(masks, 2, self.group_ids.expand(chains, count, -1))
-        # lerp(θ̃, θ, r) = r θ + (1 - r) θ̃, exactly θ where r = 1 and θ̃ where r = 0
-        composites = torch.lerp(tilde.detach(), flat.unsqueeze(1), keep)
-        stacked = self.chains.unflatten(composites.reshape(chains * count, -1))
-        energies = self.energy(stacked, x, y).reshape(chains, count)
-        return self.normaliser() * energies.sum(1)
+        """``U_hat^(S)`` (Eq. 14) or ``U_hat^(S_d)`` (Eq. 16) of every chain on the minibatch ``x, y``, shape
+        ``(C,)`` (:meth:`lit_bayes.steppers.structured.StructuredEnergy.energy`; the C·K composites are one
+        call of :meth:`energy`)."""
+        flat = torch.cat([p.reshape(self.num_chains, -1) for p in self.chains.as_dict().values()], dim=1)
+        group_ids = None if self.groups_are_parameters else self.group_ids
+        return self.structure.energy(flat, masks, tilde, group_ids,
+                                     lambda sets: self.energy(self.chains.unflatten(sets), x, y))
 
     def step_energy(self, x: Tensor, y: Tensor, step: int) -> Tensor:
         """The energy whose gradient drives step ``step``: U(θ) before ``buffer_start``,

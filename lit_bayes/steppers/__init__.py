@@ -7,8 +7,9 @@ from lit_bayes.steppers.noisy_gibbs_conv import NoisyConvGibbsStepper
 from lit_bayes.steppers.psgld import PSGLD
 from lit_bayes.steppers.sghmc import SGHMC
 from lit_bayes.steppers.sgld import SGLD
+from lit_bayes.steppers.structured import StructuredEnergy
 
 __all__ = [
     "BlockMetropolis", "HMCStepper", "NoisyConvGibbsStepper", "NoisyGibbsStepper", "OHSMCStepper", "PSGLD", "SGHMC",
-    "SGLD", "SGSMCStepper",
+    "SGLD", "SGSMCStepper", "StructuredEnergy",
 ]

@@ -18,7 +18,7 @@ import math
 import statistics
 from pathlib import Path
 
-from lit_bayes.cli import main as lit_bayes
+from lit_bayes.recipe_runs import fit_cell
 
 HERE = Path(__file__).resolve().parent
 
@@ -43,21 +43,23 @@ TABLES = {
 
 
 def run_seed(recipe: Path, seed: int, root: Path, extra: list[str]) -> dict[str, float]:
-    """One run's metrics; a seed whose run already finished (its summary holds test metrics) is
-    not run again, so an interrupted table continues where it stopped."""
-    directory = root / f"seed_{seed}"
-    summary = directory / "summary.json"
-    if summary.exists():
-        metrics = json.loads(summary.read_text())["metrics"]
-        if "test/nlpd" in metrics:
-            return metrics
-    lit_bayes([
-        "fit", "-c", str(recipe), "--wandb", "false", "--trainer.enable_progress_bar", "false",
-        "--trainer.default_root_dir", str(directory), "--trainer.logger", "false",
-        "--seed_everything", str(seed), "--model.init_args.seed", str(seed), "--data.init_args.seed", str(seed),
-        "--summary.directory", str(directory), *extra,
-    ])
-    return json.loads(summary.read_text())["metrics"]
+    """One seed's run in ``root/seed_<seed>`` (its data, psi initialisation and particles seeded),
+    by :func:`lit_bayes.recipe_runs.fit_cell`: a run that finished is read, not repeated, so an
+    interrupted table continues where it stopped. Returns its metrics."""
+    seeds = ["--seed_everything", str(seed), "--model.init_args.seed", str(seed), "--data.init_args.seed", str(seed)]
+    return fit_cell(recipe, root / f"seed_{seed}", [*seeds, *extra])["metrics"]
+
+
+def cell(metric: str, values: list[float]) -> dict:
+    """Mean and std (ddof 0, the paper's ``np.std``) of one metric over runs."""
+    return {"metric": metric, "mean": statistics.fmean(values), "std": statistics.pstdev(values), "values": values}
+
+
+def beside_paper(metric: str, values: list[float], paper_mean: float, paper_std: float) -> dict:
+    """One table cell of ``table.json``: our mean (std) over runs beside the paper's."""
+    ours = cell(metric, values)
+    return {"metric": metric, "ours_mean": ours["mean"], "ours_std": ours["std"], "paper_mean": paper_mean,
+            "paper_std": paper_std, "values": values}
 
 
 def main() -> None:
@@ -72,11 +74,9 @@ def main() -> None:
     rows = {}
     print(f"\nOHSMC, {title}: ours over {len(runs)} seeds vs the paper")
     for column, key, paper_mean, paper_std in columns:
-        values = [r[key] for r in runs]
-        mean, std = statistics.fmean(values), statistics.pstdev(values)
-        rows[column] = {"metric": key, "ours_mean": mean, "ours_std": std, "paper_mean": paper_mean,
-                        "paper_std": paper_std, "values": values}
-        print(f"  {column:5s} ours {mean:.4f} ({std:.4f})   paper {paper_mean:.4f} ({paper_std:.4f})")
+        rows[column] = beside_paper(key, [r[key] for r in runs], paper_mean, paper_std)
+        ours = rows[column]
+        print(f"  {column:5s} ours {ours['ours_mean']:.4f} ({ours['ours_std']:.4f})   paper {paper_mean:.4f} ({paper_std:.4f})")
     out = {"table": args.table, "seeds": len(runs), "overrides": overrides, "rows": rows}
     (root / "table.json").write_text(json.dumps(out, indent=2))
     print(json.dumps({c: round(r["ours_mean"], 4) for c, r in rows.items()} | {"seeds": len(runs)}))

@@ -1,17 +1,15 @@
-"""Shared by the FNBG grid scripts: the paper's run proportions, per-chain accuracies, tables."""
+"""Shared by the FNBG grid scripts: run one recipe with ``lit-bayes fit``, find its run, print a table."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
-import torch
-
-from lit_bayes.callbacks import PosteriorSamples
-from lit_bayes.cli import LitBayesCLI
-from lit_bayes.predictive import marginal_predictive, uniform_log_weights
+from lit_bayes.cli import last_checkpoint
+from lit_bayes.cli import main as lit_bayes
+from lit_bayes.run_loading import RunPosterior, load_run
 
 HERE = Path(__file__).resolve().parent
-RECIPES = HERE.parent
 
 
 def scaled(sweeps: int, batches_per_epoch: int) -> list[str]:
@@ -23,20 +21,27 @@ def scaled(sweeps: int, batches_per_epoch: int) -> list[str]:
             "--model.init_args.burn_in", str(burn_in), "--samples.max_draws", str(min(10_000, sweeps - burn_in))]
 
 
-@torch.no_grad()
-def chain_accuracies(cli: LitBayesCLI, last: int) -> list[float]:
-    """Test accuracy of every chain's own predictive: the mean of the probabilities of its
-    last ``last`` kept draws (FNBG Eq. 3.6 with the 1/v factor), argmax (Eq. 3.7)."""
-    (store,) = [c for c in cli.trainer.callbacks if isinstance(c, PosteriorSamples)]
-    sampler, trace = cli.model, store.trace()[:, -last:]
-    x, y = cli.datamodule.test_data.tensors
-    out = []
-    for chain in trace:
-        samples = sampler.chains.unflatten(chain.to(sampler.device))
-        predictive = marginal_predictive(sampler, samples, uniform_log_weights(len(chain), sampler.device),
-                                         x.to(sampler.device), chunk_size=64)
-        out.append(float((predictive.log_probs.argmax(-1).cpu() == y).float().mean()))
-    return out
+def fit(configs: list[str], root: str | Path, overrides: list[str] = (), resume: bool = False) -> Path:
+    """``lit-bayes fit -c <configs...> --trainer.default_root_dir <root> <overrides>`` (no W&B, no
+    progress bar); ``resume`` continues from the newest ``last.ckpt`` under ``root`` (``--ckpt_path``).
+    Returns the run's directory, ``<root>/version_<n>`` (the newest)."""
+    root = Path(root)
+    checkpoint = last_checkpoint(root) if resume else None
+    lit_bayes(["fit", *(arg for config in configs for arg in ("-c", str(HERE / config))),
+               "--wandb", "false", "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(root),
+               *overrides, *(["--ckpt_path", str(checkpoint)] if checkpoint else [])])
+    return max(root.glob("version_*"), key=lambda path: int(path.name.split("_")[1]))
+
+
+def summary(run_dir: Path) -> dict:
+    """The run's ``summary.json``."""
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def kept_draws(run_dir: Path) -> RunPosterior:
+    """The run's kept draws; a run resumed at its end saved no checkpoint of its own, so they are
+    read from the newest ``last.ckpt`` of the runs beside it."""
+    return load_run(run_dir, checkpoint=last_checkpoint(run_dir.parent))
 
 
 def show(title: str, header: list[str], rows: list[list]) -> None:

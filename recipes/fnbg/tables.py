@@ -7,8 +7,10 @@
     ... --augmentations rotation inversion: a part of Table 4 (each in <out>/<dataset>/3000/<augmentation>)
     ... --resume: every cell continues from its newest last.ckpt under --out (a stopped or killed grid)
 
-Each cell is one chain of recipes/fnbg/mnist_fnbg.yaml (batch size B: floor(60000 / B) batches
-per epoch, as in the reference code). Writes <out>/<grid>.json with every cell and the paper's value.
+Each cell is one ``lit-bayes fit`` run of one chain of recipes/fnbg/mnist_fnbg.yaml (batch size B:
+floor(60000 / B) batches per epoch, as in the reference code, with Table 5's proposal variances);
+Table 4's cells lay mnist_fnbg_<augmentation>.yaml over it. The tables are read from each run's
+summary.json (Table 3 from its kept draws). Writes <out>/<grid>.json with every cell and the paper's value.
 """
 from __future__ import annotations
 
@@ -16,12 +18,11 @@ import argparse
 import json
 from pathlib import Path
 
-import torchvision.transforms as T
-from common import HERE, chain_accuracies, scaled, show
+from common import fit, kept_draws, scaled, show, summary
 
-from lit_bayes.cli import fit_and_test, last_checkpoint, run_summary
+from lit_bayes.chain_metrics import chain_accuracies
 
-CONFIG = HERE / "mnist_fnbg.yaml"
+CONFIG = "mnist_fnbg.yaml"
 VARIANCES = {600: [5e-2, 5e-4, 5e-4, 5e-5], 1800: [2e-2, 2e-4, 2e-4, 2e-5],
              3000: [1e-2, 1e-4, 1e-4, 1e-5], 4200: [1e-2, 1e-4, 1e-4, 1e-5]}  # Table 5 (variances)
 TABLE2 = {"mnist": {600: 85.99, 1800: 89.01, 3000: 90.75, 4200: 90.43},
@@ -34,25 +35,26 @@ TABLE3 = {"mnist": {1000: 88.31, 10000: 90.75, 20000: 91.12, 30000: 91.20},
           "fashion_mnist": {1000: 78.93, 10000: 80.89, 20000: 81.36, 30000: 81.53}}
 TABLE4 = {"mnist": {"none": 90.75, "rotation": 86.19, "blur": 85.66, "inversion": 36.87},
           "fashion_mnist": {"none": 80.89, "rotation": 6.62, "blur": 7.46, "inversion": 8.61}}
-AUGMENT = {"none": None, "rotation": T.RandomRotation((-30, 30)),
-           "blur": T.RandomApply([T.GaussianBlur((9, 9), (1.0, 1.5))], p=0.9), "inversion": T.RandomInvert(p=0.5)}
+AUGMENT = {"none": [], "rotation": ["mnist_fnbg_rotation.yaml"], "blur": ["mnist_fnbg_blur.yaml"],
+           "inversion": ["mnist_fnbg_inversion.yaml"]}  # configs laid over CONFIG
 
 
-def run(dataset: str, batch: int, sweeps: int, args, extra=(), transform=None, name=None):
-    """One chain; its runs go to <out>/<dataset>/<batch>[/<name>] (``--resume`` continues from there)."""
+def run(dataset: str, batch: int, sweeps: int, args, extra=(), name=None) -> Path:
+    """One chain; its runs go to <out>/<dataset>/<batch>[/<name>] (``--resume`` continues from there).
+    Returns the run's directory."""
     per_epoch, root = 60_000 // batch, Path(args.out) / dataset / str(batch) / (name or "")
     overrides = ["--data.init_args.name", dataset, "--data.init_args.root", args.root,
                  "--data.init_args.batch_size", str(batch), "--trainer.limit_train_batches", str(per_epoch),
                  "--model.init_args.proposal_variance", json.dumps(VARIANCES[batch]),
-                 "--trainer.default_root_dir", str(root), *scaled(sweeps, per_epoch), *extra]
-    return fit_and_test(CONFIG, overrides, transform, ckpt_path=last_checkpoint(root) if args.resume else None)
+                 *scaled(sweeps, per_epoch), *extra]
+    return fit([CONFIG, *AUGMENT[name or "none"]], root, overrides, resume=args.resume)
 
 
 def batch_grid(args) -> list[dict]:
     cells = []
     for dataset in args.datasets:
         for batch in args.batches:
-            metrics = run_summary(run(dataset, batch, args.sweeps, args))["metrics"]
+            metrics = summary(run(dataset, batch, args.sweeps, args))["metrics"]
             ours = [100 * metrics[f"accept/layer_net.layers.{j}"] for j in range(4)]
             cells.append({"dataset": dataset, "batch": batch, "accuracy": 100 * metrics["test/accuracy"],
                           "paper_accuracy": TABLE2[dataset][batch], "accept": ours, "paper_accept": ACCEPT[dataset][batch]})
@@ -67,10 +69,10 @@ def length_grid(args) -> list[dict]:
     cells = []
     for dataset in args.datasets:
         draws = min(30_000, args.sweeps - args.sweeps // 11)
-        cli = run(dataset, 3000, args.sweeps, args, extra=["--samples.max_draws", str(draws)])
+        chain = kept_draws(run(dataset, 3000, args.sweeps, args, extra=["--samples.max_draws", str(draws)]))
         for last, paper in TABLE3[dataset].items():
             cells.append({"dataset": dataset, "last": min(last, draws), "paper_last": last,
-                          "accuracy": 100 * chain_accuracies(cli, min(last, draws))[0], "paper_accuracy": paper})
+                          "accuracy": 100 * chain_accuracies(chain, min(last, draws))[0], "paper_accuracy": paper})
     show("Table 3 (accuracy % from the last draws), ours / paper", ["dataset", "draws", "accuracy", "paper draws", "paper"],
          [[c["dataset"], c["last"], c["accuracy"], c["paper_last"], c["paper_accuracy"]] for c in cells])
     return cells
@@ -80,7 +82,7 @@ def augment_grid(args) -> list[dict]:
     cells = []
     for dataset in args.datasets:
         for name in args.augmentations:
-            metrics = run_summary(run(dataset, 3000, args.sweeps, args, transform=AUGMENT[name], name=name))["metrics"]
+            metrics = summary(run(dataset, 3000, args.sweeps, args, name=name))["metrics"]
             cells.append({"dataset": dataset, "augmentation": name, "accuracy": 100 * metrics["test/accuracy"],
                           "paper_accuracy": TABLE4[dataset][name]})
     show("Table 4 (accuracy % on the untransformed test set), ours / paper", ["dataset", "augmentation", "accuracy", "paper"],

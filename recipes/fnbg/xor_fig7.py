@@ -1,13 +1,13 @@
 """Depth against prediction on noisy XOR (FNBG spec §4, E6 / Fig. 7): MLP(2, 2, 1) and
-MLP(2, 2, 2, 2, 2, 2, 2, 1), minibatch NBG (batch 100, variance 0.04, recipes/xor_nbg.yaml and
-recipes/xor_nbg_deep.yaml), 10 chains each.
+MLP(2, 2, 2, 2, 2, 2, 2, 1), minibatch NBG (batch 100, variance 0.04, recipes/fnbg/xor_nbg.yaml and
+recipes/fnbg/xor_nbg_deep.yaml), 10 chains each, one ``lit-bayes fit`` run per net.
 
     python recipes/fnbg/xor_fig7.py            # the paper's 110,000 sweeps per chain
     python recipes/fnbg/xor_fig7.py --quick    # 2,000 sweeps per chain: the CI-sized run
 
 Accuracy is per chain (each chain's own predictive from its last 10,000 draws, fewer in a shorter
-run); the paper gives the median over the 10 chains, 86.75 % for MLP(2, 2, 1) and 98.88 % for the
-deep net, and notes the deep net's smaller interquartile range. The deep net's chains are those of
+run; lit_bayes.chain_metrics); the paper gives the median over the 10 chains, 86.75 % for
+MLP(2, 2, 1) and 98.88 % for the deep net, and notes the deep net's smaller interquartile range. The deep net's chains are those of
 Fig. 3's scenario 1 (xor_fig3.py). The acceptance rate of every layer is in each run's summary.json
 and printed. Writes <out>/xor_fig7.json.
 """
@@ -18,9 +18,9 @@ import json
 import statistics
 from pathlib import Path
 
-from common import RECIPES, chain_accuracies, scaled, show
+from common import fit, kept_draws, scaled, show, summary
 
-from lit_bayes.cli import fit_and_test, run_summary
+from lit_bayes.chain_metrics import chain_accuracies
 
 PAPER = {"MLP(2,2,1)": ("xor_nbg", 86.75), "MLP(2,2,2,2,2,2,2,1)": ("xor_nbg_deep", 98.88)}  # median accuracy %
 QUICK_SWEEPS = 2_000
@@ -38,11 +38,10 @@ def main() -> None:
     draws = min(10_000, sweeps - sweeps // 11)
     rows = []
     for net, (config, paper) in PAPER.items():
-        cli = fit_and_test(RECIPES / f"{config}.yaml", [*scaled(sweeps, 50),
-                                                       "--trainer.default_root_dir", f"{args.out}/fig7_{config}"])
-        accuracy = [100 * a for a in chain_accuracies(cli, draws)]
+        run_dir = fit([f"{config}.yaml"], f"{args.out}/fig7_{config}", scaled(sweeps, 50))
+        accuracy = [100 * a for a in chain_accuracies(kept_draws(run_dir), draws)]
         q1, median, q3 = statistics.quantiles(accuracy, n=4, method="inclusive")
-        metrics = run_summary(cli)["metrics"]
+        metrics = summary(run_dir)["metrics"]
         acceptance = {name[len("accept/layer_"):]: rate for name, rate in metrics.items()
                       if name.startswith("accept/layer_")}
         rows.append({"net": net, "sweeps": sweeps, "chains": len(accuracy), "median": median, "iqr": q3 - q1,

@@ -22,13 +22,14 @@ starts at the teacher (weights and, for the intermediate posterior, its noiseles
 chain 1 is the uninformed start above. Their test MSE against the teacher, (1/n_test) sum (f(x, W*) - f(x, W))^2
 (§3), is recorded at ``--records`` evenly spaced wall-clock times.
 
-Thermalization (spec §4; the paper merges by eye and does not state its rule, these numbers are ours): both
-traces are smoothed by a trailing mean over ``--window`` records; the informed chain's last half gives the
-equilibrium test MSE phi-bar and the band [min(q_0.05, 0.8 phi-bar), max(q_0.95, 1.2 phi-bar)] (the informed
-chain counts as stationary if the mean test MSE of its third and last quarter differ by at most 20%; where it
-is not, the budget was too short to settle phi-bar, and the table marks the cell with *); the uninformed
-chain has thermalized if from some record on its smoothed MSE stays in the band up to 10% of the records
-(:func:`lit_bayes.callbacks.thermalization.settled_index`) and that record lies in the first 90% of the run.
+Thermalization (spec §4; the paper merges by eye and does not state its rule, these numbers are ours): the
+merge rule of ``ThermalizationCheck`` with its defaults (:func:`lit_bayes.callbacks.thermalization.merge_band`
+and :func:`~lit_bayes.callbacks.thermalization.merge_indices`, traces smoothed over ``--window`` records): the
+informed chain's last half gives the equilibrium test MSE phi-bar and the band [min(q_0.05, 0.8 phi-bar),
+max(q_0.95, 1.2 phi-bar)]; the uninformed chain has thermalized if from some record on its smoothed MSE stays
+in the band up to 10% of the records and that record lies in the first 90% of the run. The informed chain
+counts as stationary if the mean test MSE of its third and last quarter differ by at most 20%; where it is
+not, the budget was too short to settle phi-bar, and the table marks the cell with *.
 Printed per (algorithm, Delta): thermalized runs / teachers, mean equilibrium test MSE, mean thermalization
 time of the runs that did, beside the paper's released Fig. 2-left numbers (spec §6.2 table; the paper's
 equilibrium MSE is about 0.5 Delta on the intermediate and 0.33 Delta on the classical posterior).
@@ -47,7 +48,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lit_bayes.callbacks.thermalization import settled_index, trailing_mean
+from lit_bayes.callbacks.thermalization import merge_band, merge_indices, trailing_mean
 from lit_bayes.data.teacher_student import TeacherStudent
 from lit_bayes.models.noisy_mlp import NoisyMLP
 from lit_bayes.samplers.hmc import HMC, MALA
@@ -153,17 +154,14 @@ class TestMSETrace(Callback):
 
 def thermalization(times: list[float], mse: torch.Tensor, window: int) -> dict:
     """Equilibrium test MSE of the informed chain and the merge of the uninformed one (module docstring)."""
-    smooth = trailing_mean(mse, window)
+    reference, low, high = merge_band(mse[:1], window)
+    (merged,) = merge_indices(mse[1:], low, high, window)
+    smooth = trailing_mean(mse[1:], window)
     half = len(times) // 2
-    informed = smooth[0, half:]
-    reference = float(mse[0, half:].mean())
-    q_low, q_high = torch.quantile(informed, torch.tensor([0.05, 0.95], dtype=informed.dtype)).tolist()
-    low, high = min(q_low, 0.8 * reference), max(q_high, 1.2 * reference)
-    merged = settled_index((smooth[1] >= low) & (smooth[1] <= high), 0.1)
     thermalized = merged is not None and merged <= 0.9 * (len(times) - 1)
     quarter = len(times) // 4
     third, fourth = float(mse[0, half:half + quarter].mean()), float(mse[0, -quarter:].mean())
-    return {"equilibrium_test_mse": reference, "uninformed_final_test_mse": float(smooth[1, -1]),
+    return {"equilibrium_test_mse": reference, "uninformed_final_test_mse": float(smooth[0, -1]),
             "thermalized": thermalized, "thermalization_time_s": times[merged] if thermalized else None,
             "band": [low, high], "informed_stationary": abs(third - fourth) <= 0.2 * fourth}
 
@@ -174,13 +172,12 @@ def run(algorithm: str, delta: float, data: TeacherStudent, args: argparse.Names
     hyper = hyperparameters(algorithm, delta, args.max_leapfrog)
     options = {k: v for k, v in hyper.items() if k in ("step_size", "num_leapfrog")}
     teacher = dict(data.teacher.named_parameters())
-    x, y = data.train_data.tensors
     classical_start = None
-    if algorithm == "gibbs":
-        sampler = NoisyGibbs(model, num_chains=2, init="zeros", seed=seed)
+    if algorithm == "gibbs":  # chain 0 at the teacher (read from the DataModule), chain 1 uninformed
+        sampler = NoisyGibbs(model, num_chains=2, init="zeros", seed=seed, informed_chains=1)
     elif algorithm == "hmc_intermediate":
         sampler = IntermediateHMC(model, num_chains=2, init="normal", init_std=INIT_STD, adapt_steps=0, seed=seed,
-                                  **options)
+                                  informed_chains=1, **options)
     else:
         cls = MALA if algorithm == "mala_classical" else HMC
         if cls is MALA:
@@ -188,9 +185,6 @@ def run(algorithm: str, delta: float, data: TeacherStudent, args: argparse.Names
         sampler = cls(copy.deepcopy(model), model.likelihood(), model.prior(), num_chains=2, init="template",
                       adapt_steps=0, seed=seed, **options)
         classical_start = (teacher, torch.Generator().manual_seed(seed))
-    if algorithm in ("gibbs", "hmc_intermediate"):
-        sampler.set_initial_parameters(teacher, [0])
-        sampler.set_initial_latents(x, y, data.train_latents, [0])
     trace = TestMSETrace(*data.test_data.tensors, args.budget_s, args.records, classical_start)
     L.Trainer(max_epochs=10**9, logger=False, enable_checkpointing=False, enable_progress_bar=False,
               enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, callbacks=[trace],

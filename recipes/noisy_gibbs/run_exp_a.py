@@ -71,7 +71,7 @@ def config(args: argparse.Namespace, init: str) -> dict:
     if args.chains is not None:
         cfg["model"]["init_args"]["num_chains"] = args.chains
     if args.informed_from is not None:
-        check["informed_chains"] = 0
+        check["informed_chains"] = cfg["model"]["init_args"]["informed_chains"] = 0
         check["informed_run"] = str(args.informed_from)
     if args.seed is not None:  # a new teacher and data set, and new chain streams
         cfg["seed_everything"] = cfg["model"]["init_args"]["seed"] = cfg["data"]["init_args"]["seed"] = args.seed

@@ -1,0 +1,43 @@
+"""One cell of a recipe's grid: a ``lit-bayes fit`` run in its own directory, read back from its
+``summary.json`` (DESIGN.md, machine-readable results). Recipe scripts loop over cells and print
+the paper's table beside the summaries; a cell whose run finished is read, not run again, so an
+interrupted grid continues where it stopped."""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["fit_cell", "settings_overrides"]
+
+
+def fit_cell(config: str | os.PathLike, directory: str | os.PathLike, overrides: Sequence[str] = (),
+             rerun: bool = False) -> dict:
+    """``lit-bayes fit -c config *overrides`` (no W&B, no progress bar, no logger) writing
+    ``summary.json``, ``config.yaml``, the checkpoint and the sample store (when on disk) under
+    ``directory``; returns the summary. With ``rerun=False`` a directory whose summary already
+    holds test metrics is read instead of run again. Runs in this process (no second start-up)."""
+    from lit_bayes.cli import main
+
+    directory = Path(directory)
+    summary = directory / "summary.json"
+    if not rerun and summary.exists():
+        done = json.loads(summary.read_text())
+        if any(key.startswith("test/") for key in done.get("metrics", {})):
+            return done
+    summary.unlink(missing_ok=True)  # a stale, unfinished summary would be merged into
+    main(["fit", "-c", str(config), "--wandb", "false", "--trainer.enable_progress_bar", "false",
+          "--trainer.logger", "false", "--trainer.default_root_dir", str(directory),
+          "--summary.directory", str(directory), *overrides])
+    return json.loads(summary.read_text())
+
+
+def settings_overrides(settings: dict[str, object]) -> list[str]:
+    """``{"model.init_args.step_size": 1e-3, ...}`` as ``["--model.init_args.step_size", "0.001", ...]``
+    (lists as JSON, ``None`` as ``null``; keys already starting with ``--`` are kept)."""
+    args: list[str] = []
+    for key, value in settings.items():
+        text = json.dumps(value) if isinstance(value, (list, tuple, dict, type(None), bool)) else str(value)
+        args += [key if key.startswith("--") else f"--{key}", text]
+    return args

@@ -1,0 +1,53 @@
+"""lit_bayes.chain_metrics on a tiny noisy-XOR NBG run (recipes/fnbg/xor_nbg.yaml): a single chain's
+own accuracy is the run's pooled test accuracy, each chain's last draw is its final state, and the
+per-chain acceptance read from the checkpoint is the sampler's own count."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_bayes import load_run
+from lit_bayes.chain_metrics import chain_acceptance, chain_accuracies
+from lit_bayes.cli import fit_and_test, run_summary
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "fnbg" / "xor_nbg.yaml"
+
+
+def tiny_run(root: Path, chains: int):
+    return fit_and_test(RECIPE, ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "5",
+                                 "--model.init_args.burn_in", "2", "--model.init_args.num_chains", str(chains),
+                                 "--checkpoint.every_n_epochs", "1", "--trainer.default_root_dir", str(root)])
+
+
+def test_one_chain_is_the_pooled_test_accuracy(tmp_path):
+    cli = tiny_run(tmp_path, chains=1)
+    run = load_run(Path(cli.trainer.log_dir))
+    (accuracy,) = chain_accuracies(run)
+    assert accuracy == pytest.approx(run_summary(cli)["metrics"]["test/accuracy"], abs=1e-6)
+    with pytest.raises(ValueError, match="last=9 exceeds the 8 draws"):
+        chain_accuracies(run, last=9)
+
+
+def test_last_draw_of_each_chain_and_acceptance(tmp_path):
+    cli = tiny_run(tmp_path, chains=3)
+    run_dir = Path(cli.trainer.log_dir)
+    run = load_run(run_dir)
+    ours = chain_accuracies(run, last=1)
+    # the last kept draw is each chain's final state: score it directly through the network
+    x, y = cli.datamodule.test_data.tensors
+    samples, _ = cli.model.current_samples()
+    log_probs = cli.model.likelihood.class_log_probs(cli.model.outputs(samples, x))  # (C, B, K)
+    direct = (log_probs.argmax(-1) == y).double().mean(1).tolist()
+    assert ours == pytest.approx(direct, abs=1e-6) and len(ours) == 3
+
+    counts = cli.model.acceptance_counts()
+    live = (counts["accepted"].double().mean(1) / counts["proposed"]).tolist()
+    assert chain_acceptance(run_dir / "checkpoints" / "last.ckpt") == pytest.approx(live)
+    assert all(0.0 <= rate <= 1.0 for rate in live)
+
+
+def test_acceptance_needs_the_monitor_state(tmp_path):
+    path = tmp_path / "bare.ckpt"
+    torch.save({"state_dict": {}, "callbacks": {}}, path)
+    with pytest.raises(ValueError, match="holds no acceptance counts"):
+        chain_acceptance(path)
