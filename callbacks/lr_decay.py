@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from lightning.pytorch.callbacks import Callback
 
+from lit_bayes.schedules import exponential_decay
 from lit_bayes.validation import check_int, check_positive
 
 __all__ = ["ExponentialLRDecay"]
@@ -23,4 +24,4 @@ class ExponentialLRDecay(Callback):
         for optimizer in trainer.optimizers:
             for group in optimizer.param_groups:
                 group.setdefault("initial_lr", group["lr"])
-                group["lr"] = group["initial_lr"] * self.decay ** (trainer.global_step / self.decay_steps)
+                group["lr"] = exponential_decay(group["initial_lr"], self.decay, trainer.global_step, self.decay_steps)

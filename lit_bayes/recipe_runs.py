@@ -9,17 +9,32 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["fit_cell", "settings_overrides"]
+__all__ = ["fit_cell", "fit_run", "settings_overrides"]
+
+
+def fit_run(configs: Sequence[str | os.PathLike], root: str | os.PathLike, overrides: Sequence[str] = (),
+            resume: bool = False) -> Path:
+    """``lit-bayes fit -c <configs...> --trainer.default_root_dir root <overrides>`` (no W&B, no progress
+    bar) in this process; ``resume`` continues from the newest ``last.ckpt`` under ``root``
+    (``--ckpt_path``). Returns the run's log directory, the newest ``root/version_<n>`` (``root`` when
+    the overrides turn the logger off)."""
+    from lit_bayes.cli import last_checkpoint, main
+
+    root = Path(root)
+    checkpoint = last_checkpoint(root) if resume else None
+    main(["fit", *(arg for config in configs for arg in ("-c", str(config))), "--wandb", "false",
+          "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(root), *overrides,
+          *(["--ckpt_path", str(checkpoint)] if checkpoint else [])])
+    versions = list(root.glob("version_*"))
+    return max(versions, key=lambda path: int(path.name.split("_")[1])) if versions else root
 
 
 def fit_cell(config: str | os.PathLike, directory: str | os.PathLike, overrides: Sequence[str] = (),
              rerun: bool = False) -> dict:
-    """``lit-bayes fit -c config *overrides`` (no W&B, no progress bar, no logger) writing
-    ``summary.json``, ``config.yaml``, the checkpoint and the sample store (when on disk) under
-    ``directory``; returns the summary. With ``rerun=False`` a directory whose summary already
-    holds test metrics is read instead of run again. Runs in this process (no second start-up)."""
-    from lit_bayes.cli import main
-
+    """One cell of a grid: :func:`fit_run` of ``config`` without a logger, writing ``summary.json``,
+    ``config.yaml``, the checkpoint and the sample store (when on disk) under ``directory``; returns the
+    summary. With ``rerun=False`` a directory whose summary already holds test metrics is read instead
+    of run again."""
     directory = Path(directory)
     summary = directory / "summary.json"
     if not rerun and summary.exists():
@@ -27,9 +42,7 @@ def fit_cell(config: str | os.PathLike, directory: str | os.PathLike, overrides:
         if any(key.startswith("test/") for key in done.get("metrics", {})):
             return done
     summary.unlink(missing_ok=True)  # a stale, unfinished summary would be merged into
-    main(["fit", "-c", str(config), "--wandb", "false", "--trainer.enable_progress_bar", "false",
-          "--trainer.logger", "false", "--trainer.default_root_dir", str(directory),
-          "--summary.directory", str(directory), *overrides])
+    fit_run([config], directory, ["--trainer.logger", "false", "--summary.directory", str(directory), *overrides])
     return json.loads(summary.read_text())
 
 

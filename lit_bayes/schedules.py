@@ -6,7 +6,7 @@ from typing import Literal
 
 from lit_bayes.validation import check_float, check_int, check_positive
 
-__all__ = ["StepSizeSchedule"]
+__all__ = ["StepSizeSchedule", "exponential_decay"]
 
 
 class StepSizeSchedule:
@@ -47,3 +47,9 @@ class StepSizeSchedule:
             phase = (t % self.cycle_length) / self.cycle_length
             return self.step_size / 2.0 * (math.cos(math.pi * phase) + 1.0)
         return self.step_size
+
+
+def exponential_decay(rate: float, decay: float, step: int, decay_steps: int) -> float:
+    """``rate * decay ** (step / decay_steps)``: the learning rate of psi in the Feynman-Kac samplers
+    (the crescent's ``0.1 * 0.96 ** (step / 10)``) and of :class:`lit_bayes.callbacks.ExponentialLRDecay`."""
+    return rate * decay ** (step / decay_steps)

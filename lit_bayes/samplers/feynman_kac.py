@@ -28,6 +28,7 @@ from lit_bayes.models.partial_bnn import PartialBNN
 from lit_bayes.optimizers import check_optimizer_name, make_optimizer
 from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.samplers.base import SamplerModule
+from lit_bayes.schedules import exponential_decay
 from lit_bayes.steppers.feynman_kac import Cloud, FeynmanKacStepper, OHSMCStepper, SGSMCStepper
 from lit_bayes.steppers.smc import Reweighted
 from lit_bayes.validation import check_int, check_positive
@@ -202,7 +203,7 @@ class FeynmanKacSampler(SamplerModule):
 
     def learning_rate(self, step: int) -> float:
         """The psi learning rate at training step ``step``."""
-        return self.lr * self.lr_decay ** (step / self.lr_decay_steps)
+        return exponential_decay(self.lr, self.lr_decay, step, self.lr_decay_steps)
 
     def optimizer_at_step(self):
         """The psi optimiser, its learning rate set for the current step."""

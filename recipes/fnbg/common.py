@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from lit_bayes.cli import last_checkpoint
-from lit_bayes.cli import main as lit_bayes
+from lit_bayes.recipe_runs import fit_run
 from lit_bayes.run_loading import RunPosterior, load_run
 
 HERE = Path(__file__).resolve().parent
@@ -22,15 +22,9 @@ def scaled(sweeps: int, batches_per_epoch: int) -> list[str]:
 
 
 def fit(configs: list[str], root: str | Path, overrides: list[str] = (), resume: bool = False) -> Path:
-    """``lit-bayes fit -c <configs...> --trainer.default_root_dir <root> <overrides>`` (no W&B, no
-    progress bar); ``resume`` continues from the newest ``last.ckpt`` under ``root`` (``--ckpt_path``).
-    Returns the run's directory, ``<root>/version_<n>`` (the newest)."""
-    root = Path(root)
-    checkpoint = last_checkpoint(root) if resume else None
-    lit_bayes(["fit", *(arg for config in configs for arg in ("-c", str(HERE / config))),
-               "--wandb", "false", "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(root),
-               *overrides, *(["--ckpt_path", str(checkpoint)] if checkpoint else [])])
-    return max(root.glob("version_*"), key=lambda path: int(path.name.split("_")[1]))
+    """:func:`lit_bayes.recipe_runs.fit_run` of this folder's ``configs`` under ``root``; returns the
+    run's directory, ``<root>/version_<n>``."""
+    return fit_run([HERE / config for config in configs], root, overrides, resume)
 
 
 def summary(run_dir: Path) -> dict:
