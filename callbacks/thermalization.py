@@ -12,13 +12,18 @@ single uninformed chain.
 
 The callback only observes: the informed start is the sampler's configuration (``informed_chains``
 of :class:`lit_bayes.samplers.noisy_gibbs.NoisyGibbs` and
-:class:`lit_bayes.samplers.noisy_hmc.IntermediateHMC`, which read the teacher from the DataModule),
+:class:`lit_bayes.samplers.noisy_hmc.IntermediateHMC`, and of the classical
+:class:`lit_bayes.samplers.hmc.HMC` / ``MALA``, which read the teacher from the DataModule),
 and the results reach ``summary.json`` through :meth:`ThermalizationCheck.summary_metrics`
-(:class:`lit_bayes.callbacks.run_summary.RunSummary`).
+(:class:`lit_bayes.callbacks.run_summary.RunSummary`), with the records themselves
+(:meth:`ThermalizationCheck.summary_section`) when ``summary_records`` is set. Records are taken every
+``every_n_steps`` steps or, with ``every_n_seconds``, at evenly spaced wall-clock times (the paper's
+Exp. B: runs of a fixed time budget, the Trainer's ``max_time``).
 """
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import torch
@@ -78,8 +83,9 @@ def merge_indices(mse: Tensor, low: float, high: float, window: int, delta: floa
 
 class ThermalizationCheck(Callback):
     """Informed vs uninformed chains of a :class:`lit_bayes.samplers.noisy_gibbs.NoisyGibbs` (or
-    :class:`lit_bayes.samplers.noisy_hmc.IntermediateHMC`) run on a teacher-student DataModule
-    (:class:`lit_bayes.data.teacher_student.TeacherStudent`), spec §4.
+    :class:`lit_bayes.samplers.noisy_hmc.IntermediateHMC`, or the classical :class:`lit_bayes.samplers.hmc.HMC`
+    and ``MALA``) run on a teacher-student DataModule (:class:`lit_bayes.data.teacher_student.TeacherStudent`),
+    spec §4.
 
     The sampler starts its first ``informed_chains`` chains at the teacher (its own ``informed_chains``
     option: the teacher's weights and biases and its training latents, with the noise actually used for
@@ -97,12 +103,15 @@ class ThermalizationCheck(Callback):
     (``rhat``, ``rhat_step``); the uninformed chains' own R-hat is computed as usual. The sampler's
     ``informed_chains`` must then be 0.
 
-    Every ``every_n_steps`` sweeps (and at step 0, before the first sweep) it records for each chain:
+    Every ``every_n_steps`` sweeps (and at step 0, before the first sweep) it records for each chain (with
+    ``every_n_seconds`` instead: at the first step end after each multiple of it, measured from the start of
+    training, and at the end of training; every record notes its time):
 
     - the test MSE against the teacher's noiseless test outputs, (1/n_test) sum_mu (f(x_mu, W*) - f(x_mu, W))^2
       (spec §3, §4 "observable used throughout");
     - the score statistic U = Delta_Z / (d_1 d_2) sum_{i,a} d log P / d W^(1)_{ai} of the sampler's joint
-      (spec §4, App. B.3; :meth:`lit_bayes.noisy_energy.JointDensity.score`);
+      (spec §4, App. B.3; :meth:`lit_bayes.noisy_energy.JointDensity.score`; NaN for a sampler of the
+      classical posterior, which keeps no latents: ``score_step`` is then NaN);
     - the noiseless outputs at the first ``rhat_points`` test points (psi of App. A, permutation
       invariant, spec §8 item 7), for R-hat over blocks of ``rhat_block`` records (the paper: 50).
 
@@ -137,7 +146,11 @@ class ThermalizationCheck(Callback):
     informed chains' outputs at hand, a varying output), through the Trainer's logger connector (as
     Lightning writes ``self.log``'s values: every record reaches the loggers when it is made, whatever
     ``log_every_n_steps``).
-    All traces are checkpointed (:meth:`state_dict`), so a resumed run continues them.
+    With ``summary_records``, :meth:`summary_section` adds the records themselves to ``summary.json``
+    (``thermalization_records``: ``steps``, ``times_s`` and ``test_mse``, one list per chain), for scripts
+    that apply the merge rule to them (:func:`merge_band`, :func:`merge_indices`).
+    All traces are checkpointed (:meth:`state_dict`), so a resumed run continues them (its times
+    continue from the last record's).
     Single-process runs only (every chain in one process).
 
     Args:
@@ -155,6 +168,9 @@ class ThermalizationCheck(Callback):
         rhat_threshold: R-hat below which a block counts as converged (> 1).
         informed_run: a checkpoint (``.ckpt``) of an earlier run of this callback on the same teacher and
             test set whose informed chains serve as the reference (see above); ``None``: run them here.
+        every_n_seconds: wall-clock seconds between records (> 0), instead of ``every_n_steps``; e.g. the
+            Trainer's ``max_time`` over the number of records wanted. ``None``: by steps.
+        summary_records: write the records into ``summary.json`` (:meth:`summary_section`).
     """
 
     def __init__(
@@ -169,6 +185,8 @@ class ThermalizationCheck(Callback):
         rhat_block: int = 50,
         rhat_threshold: float = 1.1,
         informed_run: str | None = None,
+        every_n_seconds: float | None = None,
+        summary_records: bool = False,
     ) -> None:
         if informed_run is None:
             self.informed_chains = check_int("informed_chains", 1 if informed_chains is None else informed_chains, 1)
@@ -186,6 +204,13 @@ class ThermalizationCheck(Callback):
         self.rhat_points = check_int("rhat_points", rhat_points, 1)
         self.rhat_block = check_int("rhat_block", rhat_block, 4)
         self.rhat_threshold = check_interval("rhat_threshold", rhat_threshold, 1.0)
+        self.every_n_seconds = None if every_n_seconds is None else check_interval("every_n_seconds",
+                                                                                   every_n_seconds, 0.0)
+        if not isinstance(summary_records, bool):
+            raise ValueError(f"summary_records must be True or False, got {summary_records!r}")
+        self.summary_records = summary_records
+        self._start: float | None = None  # perf_counter at the start of training, less the time already recorded
+        self._times: list[float] = []  # seconds since the start of training, one per record
         self._steps: list[int] = []
         self._mse: list[Tensor] = []
         self._score: list[Tensor] = []
@@ -204,9 +229,9 @@ class ThermalizationCheck(Callback):
         datamodule = trainer.datamodule
         teacher, _ = teacher_of(datamodule, "ThermalizationCheck")
         sampler_informed = getattr(pl_module, "informed_chains", None)
-        if sampler_informed is None or not hasattr(pl_module, "latents"):
-            raise ValueError("ThermalizationCheck needs a sampler of the intermediate-noise posterior with an "
-                             f"informed start (NoisyGibbs, IntermediateHMC), got {type(pl_module).__name__}")
+        if sampler_informed is None:
+            raise ValueError("ThermalizationCheck needs a sampler with an informed start (NoisyGibbs, "
+                             f"IntermediateHMC, HMC, MALA), got {type(pl_module).__name__}")
         if pl_module.num_chains <= self.informed_chains:
             raise ValueError(f"informed_chains ({self.informed_chains}) must be smaller than the sampler's "
                              f"num_chains ({pl_module.num_chains}): the other chains are the uninformed ones")
@@ -251,7 +276,10 @@ class ThermalizationCheck(Callback):
     # ---------------------------------------------------------------- records
     @torch.no_grad()
     def _score_statistic(self, pl_module) -> Tensor:
-        """U of every chain (spec §4, App. B.3): :meth:`lit_bayes.noisy_energy.JointDensity.score`."""
+        """U of every chain (spec §4, App. B.3): :meth:`lit_bayes.noisy_energy.JointDensity.score`; NaN
+        without latents (the classical posterior)."""
+        if self._train is None:
+            return torch.full((pl_module.num_chains,), math.nan, dtype=torch.float64)
         inputs, targets = self._train
         return self._joint.score(pl_module.chains.as_dict(), pl_module.latents.as_dict(), inputs, targets)
 
@@ -262,6 +290,7 @@ class ThermalizationCheck(Callback):
         mse = (outputs - reference).pow(2).mean((-2, -1)).cpu()
         score = self._score_statistic(pl_module).cpu().double()
         self._steps.append(int(trainer.global_step))
+        self._times.append(time.perf_counter() - self._start)
         self._mse.append(mse)
         self._score.append(score)
         self._block.append(outputs[:, : self.rhat_points].flatten(1).cpu())
@@ -287,18 +316,38 @@ class ThermalizationCheck(Callback):
         return float(torch.as_tensor(split_rhat(block)).nanmean()) if (block.std(dim=1) > 0).any() else math.nan
 
     def on_train_start(self, trainer, pl_module) -> None:
-        # the training set in the sampler's canonical order (its latents' order), for the score; this
-        # also builds the initial latents, as the first sweep would, from the same generator
-        inputs, targets, _ = pl_module.sweep_inputs(tuple(t.to(pl_module.device)
-                                                          for t in trainer.datamodule.train_data.tensors))
-        self._train = (inputs, targets)
-        self._joint = JointDensity(pl_module.model, pl_module.posterior.temperature)
+        recorded = self._times[-1] if self._times and math.isfinite(self._times[-1]) else 0.0
+        self._start = time.perf_counter() - recorded
+        if hasattr(pl_module, "latents"):  # the intermediate posterior: the score needs the training set
+            # in the sampler's canonical order (its latents' order); this also builds the initial latents,
+            # as the first sweep would, from the same generator
+            inputs, targets, _ = pl_module.sweep_inputs(tuple(t.to(pl_module.device)
+                                                              for t in trainer.datamodule.train_data.tensors))
+            self._train = (inputs, targets)
+            self._joint = JointDensity(pl_module.model, pl_module.posterior.temperature)
         if not self._steps:  # not resumed: record the start (the informed chains at the teacher, MSE 0)
             self._record(trainer, pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step % self.every_n_steps == 0:
+        if self.every_n_seconds is None:
+            due = trainer.global_step % self.every_n_steps == 0
+        else:  # the first step end after the next multiple of every_n_seconds
+            due = time.perf_counter() - self._start >= self.every_n_seconds * len(self._times)
+        if due:
             self._record(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.every_n_seconds is not None and self._steps and self._steps[-1] != trainer.global_step:
+            self._record(trainer, pl_module)  # a run of a time budget: its last state too
+        metrics = self.summary_metrics()  # written into summary.json by RunSummary
+        if not metrics:
+            return
+        merge = metrics[PREFIX + "merge_step"]
+        rank_zero_info(
+            f"ThermalizationCheck: informed test MSE {metrics[PREFIX + 'informed_test_mse']:.3g}, uninformed "
+            f"{metrics[PREFIX + 'uninformed_test_mse']:.3g}: "
+            + (f"merged at step {merge:.0f}" if math.isfinite(merge) else
+               f"not merged after {trainer.global_step} steps (teacher-student criterion, spec §4)"))
 
     # ----------------------------------------------------------------- report
     def traces(self) -> dict[str, Tensor]:
@@ -345,31 +394,37 @@ class ThermalizationCheck(Callback):
             metrics[name] = float(values[-1]) if len(values) else math.nan
             metrics[f"{name}_step"] = float(rhat[found, 0]) if found is not None else math.nan
         sign = torch.sign(score[self.informed_chains:])
-        crossed = (sign != sign[:, :1]) & (sign != 0)
+        crossed = (sign != sign[:, :1]) & (sign != 0) & ~sign.isnan()  # NaN: no score (no latents)
         first = [int(row.nonzero()[0]) if row.any() else None for row in crossed]
         metrics["score_step"] = float(max(int(steps[f]) for f in first)) if all(f is not None for f in first) \
             else math.nan
         return {PREFIX + key: value for key, value in metrics.items()}
 
-    def on_train_end(self, trainer, pl_module) -> None:
-        metrics = self.summary_metrics()  # written into summary.json by RunSummary
-        if not metrics:
-            return
-        merge = metrics[PREFIX + "merge_step"]
-        rank_zero_info(
-            f"ThermalizationCheck: informed test MSE {metrics[PREFIX + 'informed_test_mse']:.3g}, uninformed "
-            f"{metrics[PREFIX + 'uninformed_test_mse']:.3g}: "
-            + (f"merged at step {merge:.0f}" if math.isfinite(merge) else
-               f"not merged after {trainer.global_step} steps (teacher-student criterion, spec §4)"))
+    def times(self) -> Tensor:
+        """Seconds since the start of training at each record ``(R,)`` (float64; a resumed run's continue from
+        its last record's)."""
+        return torch.tensor(self._times, dtype=torch.float64)
+
+    def summary_section(self, trainer, pl_module) -> dict[str, Any]:
+        """With ``summary_records``: ``{"thermalization_records": {"steps", "times_s", "test_mse"}}`` (lists;
+        ``test_mse`` one list per chain, the informed chains first), for ``summary.json``
+        (:class:`lit_bayes.callbacks.run_summary.RunSummary`); else nothing."""
+        if not self.summary_records:
+            return {}
+        return {"thermalization_records": {"steps": list(self._steps), "times_s": list(self._times),
+                                           "test_mse": self.traces()["test_mse"].tolist()}}
 
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
         pending = torch.stack(self._block, dim=1) if self._block else torch.zeros(0, 0, 0, dtype=torch.float64)
         return {**self.traces(), "rhat_pending": pending, "informed_chains": torch.tensor(self.informed_chains),
-                "data_key": self._data_key}
+                "data_key": self._data_key, "times": self.times()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._steps = [int(s) for s in state_dict["steps"]]
+        times = state_dict.get("times")  # absent from checkpoints written before records were timed
+        self._times = [float(t) for t in times] if times is not None and len(times) == len(self._steps) \
+            else [math.nan] * len(self._steps)
         self._mse = list(state_dict["test_mse"].unbind(dim=1))
         self._score = list(state_dict["score"].unbind(dim=1))
         self._rhat = list(state_dict["rhat"].unbind(dim=0))

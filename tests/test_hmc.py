@@ -75,3 +75,42 @@ def test_normal_init_draws_every_chain_from_an_isotropic_gaussian():
         HMC(nn.Linear(2, 1), Gaussian(1.0), init="normal", init_std=-1.0)
     with pytest.raises(ValueError, match="init must be 'module', 'prior', 'template' or 'normal'"):
         HMC(nn.Linear(2, 1), Gaussian(1.0), init="zeros")
+
+
+def test_informed_chains_start_at_the_teacher_and_the_others_follow_init(tmp_path):
+    """informed_chains=1 on a teacher-student DataModule (the classical baselines of the noisy-gibbs paper's
+    Exp. B, spec §4): chain 0 starts at the teacher's weights, the others keep init="normal"; without it the
+    start is init's alone, as before."""
+    from lit_bayes.data.teacher_student import TeacherStudent
+    from lit_bayes.models.noisy_mlp import NoisyMLP
+
+    data = TeacherStudent(widths=(3, 4, 1), num_train=20, num_test=5, noiseless_labels=True, seed=3)
+    data.setup()
+    teacher = {f"net.{n}": p for n, p in data.teacher.named_parameters()}
+    starts = {}
+
+    class Start(L.Callback):
+        def on_train_start(self, trainer, pl_module):
+            starts[type(pl_module).__name__, pl_module.informed_chains] = pl_module.chains.snapshot()
+
+    for cls, informed in ((HMC, 1), (MALA, 1), (HMC, 0)):
+        model = NoisyMLP([3, 4, 1])
+        sampler = cls(model, Gaussian(0.1), model.prior(), step_size=1e-3, num_chains=3, init="normal",
+                      init_std=1e-4, adapt_steps=0, seed=4, informed_chains=informed)
+        L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                  enable_model_summary=False, limit_val_batches=0, callbacks=[Start()],
+                  default_root_dir=tmp_path).fit(sampler, datamodule=data)
+    uninformed = starts["HMC", 0]
+    for name in ("HMC", "MALA"):
+        state = starts[name, 1]
+        for key, value in teacher.items():
+            assert torch.equal(state[key][0], value), (name, key)
+            assert torch.equal(state[key][1:], uninformed[key][1:]), (name, key)  # init's draws, unchanged
+            assert float(state[key][1:].abs().max()) < 1e-3
+    with pytest.raises(ValueError, match=r"informed_chains \(3\) must be at most num_chains \(2\)"):
+        HMC(nn.Linear(2, 1), Gaussian(1.0), num_chains=2, informed_chains=3)
+    with pytest.raises(ValueError, match="teacher-student DataModule exposing `teacher`"):
+        L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                  limit_val_batches=0, default_root_dir=tmp_path).fit(
+            HMC(nn.Linear(3, 1), Gaussian(1.0), num_chains=2, informed_chains=1),
+            datamodule=LinearRegression(num_train=10, num_val=1, num_test=5, batch_size=None))

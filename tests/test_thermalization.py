@@ -287,3 +287,35 @@ def test_sampler_and_callback_must_agree_on_the_informed_chains(tmp_path):
         L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=1,
                   callbacks=[ThermalizationCheck()], limit_val_batches=0, default_root_dir=tmp_path).fit(
             NoisyGibbs(NoisyMLP([3, 2, 1]), num_chains=2), datamodule=data)
+
+
+def test_timed_records_of_a_classical_sampler_reach_summary_json(tmp_path):
+    """every_n_seconds with the Trainer's max_time (Exp. B's runs of a fixed budget): records at step 0, at the
+    first step after each multiple of the interval and at the end, each with its time; a classical HMC with
+    informed_chains=1 (no latents: no score) has chain 0 at the teacher; summary_records puts the records into
+    summary.json for a script to read back."""
+    from lit_bayes import HMC, Gaussian
+
+    torch.set_num_threads(1)
+    data = TeacherStudent(widths=WIDTHS, activation="relu", num_train=30, num_test=20, noiseless_labels=True)
+    model = NoisyMLP(WIDTHS, "relu")
+    sampler = HMC(model, Gaussian(0.3), model.prior(), step_size=1e-3, num_leapfrog=3, num_chains=2,
+                  init="normal", init_std=1e-4, adapt_steps=0, informed_chains=1)
+    check = ThermalizationCheck(every_n_seconds=0.1, window=2, rhat_block=4, rhat_points=5, summary_records=True)
+    L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+              max_epochs=-1, max_time={"milliseconds": 600}, limit_val_batches=0, default_root_dir=tmp_path,
+              callbacks=[check, RunSummary(str(tmp_path))]).fit(sampler, datamodule=data)
+    times, steps = check.times(), check.traces()["steps"]
+    # (no bound on how many steps fit in the budget: unit tests do not assert on speed)
+    assert len(times) >= 2 and times[-1] > 0.55 and (times.diff() > 0).all()
+    assert int(steps[-1]) == sampler.trainer.global_step > int(steps[-2])  # the last state is recorded too
+    assert all(t >= 0.1 * k for k, t in enumerate(times[:-1].tolist()))  # not before its time
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    records = summary["thermalization_records"]
+    assert records["steps"] == steps.tolist() and records["times_s"] == times.tolist()
+    assert len(records["test_mse"]) == 2 and records["test_mse"][0][0] < 1e-10 < records["test_mse"][1][0]
+    metrics = summary["metrics"]
+    assert metrics["thermalization/records"] == len(times) and metrics["thermalization/score_step"] is None
+    assert "thermalization_records" not in ThermalizationCheck().summary_section(None, None)
+    with pytest.raises(ValueError, match="every_n_seconds must be a number > 0"):
+        ThermalizationCheck(every_n_seconds=0)

@@ -1,4 +1,9 @@
-"""``HMC`` and ``MALA``: full-batch Metropolis-corrected baselines over batched chains."""
+"""``HMC`` and ``MALA``: full-batch Metropolis-corrected baselines over batched chains.
+
+The informed start of the teacher-student test (noisy-gibbs spec §4) is configuration here too:
+``informed_chains: k`` starts the first k chains at the teacher's weights of the run's teacher-student
+DataModule (:class:`lit_bayes.samplers.noisy_gibbs.InformedStart`, read at setup), the classical
+posterior's baselines of the paper's Exp. B."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -9,6 +14,7 @@ from torch import Tensor, nn
 from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.samplers.full_batch import FullBatchOnly
+from lit_bayes.samplers.noisy_gibbs import InformedStart, check_informed_chains
 from lit_bayes.steppers.hmc import HMCStepper
 from lit_bayes.validation import check_positive
 
@@ -33,6 +39,13 @@ class HMC(FullBatchOnly, SamplerModule):
     every parameter of every chain i.i.d. N(0, ``init_std``^2), the start of the noisy-gibbs
     paper's uninformed baselines (spec §5: std 1e-4 on synthetic data, 1e-1 for HMC and 1e-4 for
     MALA on MNIST).
+
+    ``informed_chains=k`` (default 0: none) starts the first k chains at the weights and biases of the
+    teacher of the run's teacher-student DataModule (:class:`lit_bayes.data.TeacherStudent`, read at
+    setup; ``model`` must be the teacher's network, a :class:`lit_bayes.models.NoisyMLP`): the informed
+    chains of the teacher-student test (noisy-gibbs spec §4) on the classical posterior; the other chains
+    follow ``init``. The component is the intermediate samplers' :class:`InformedStart` (``informed``),
+    applied to the chains once they exist.
     """
 
     def __init__(
@@ -56,6 +69,7 @@ class HMC(FullBatchOnly, SamplerModule):
         step_size_jitter: float = 0.0,
         num_leapfrog_jitter: int = 0,
         num_draws: int | None = None,
+        informed_chains: int = 0,
     ) -> None:
         if init not in ("module", "prior", "template", "normal"):
             raise ValueError(f"init must be 'module', 'prior', 'template' or 'normal', got {init!r}")
@@ -67,6 +81,9 @@ class HMC(FullBatchOnly, SamplerModule):
         )
         self.init = init
         self.init_std = float(init_std)
+        self.informed_chains = check_informed_chains(informed_chains, num_chains)
+        self.informed = InformedStart(num_chains, {n: p.shape for n, p in model.named_parameters()}, (),
+                                      torch.get_default_dtype())
         self.stepper_options = {
             "lr": step_size, "num_leapfrog": num_leapfrog, "target_accept": target_accept,
             "adapt_steps": adapt_steps,  # None: the burn-in in steps, known once fit starts
@@ -81,6 +98,16 @@ class HMC(FullBatchOnly, SamplerModule):
             return super().initial_state(generator)
         return {name: self.init_std * torch.randn(self.num_chains, *p.shape, generator=generator, dtype=p.dtype)
                 for name, p in self.template_parameters().items()}
+
+    def setup(self, stage: str) -> None:
+        fresh = self.chains is None
+        if stage == "fit" and fresh and self.informed_chains and not self.informed.pending:
+            self.informed.at_teacher(getattr(self._trainer, "datamodule", None), self.model, self.informed_chains,
+                                     self.posterior.temperature, latents=False)
+        super().setup(stage)
+        if fresh and self.informed.pending:  # a subclass's initial_state may have applied it already
+            with torch.no_grad():
+                self.informed.apply_parameters(self.chains.as_dict())
 
     def configure_optimizers(self):
         return HMCStepper(list(self.chains.parameters()), generator=self.make_generator(), **self.run_options())

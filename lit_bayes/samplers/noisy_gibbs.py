@@ -153,12 +153,14 @@ class InformedStart:
     """Where given chains start instead of their sampler's ``init``: given weights and latents, e.g. the
     teacher's (the informed chain of the teacher-student test, spec §4 step 4, §8 item 5).
 
-    A component owned by the samplers of the intermediate-noise posterior (their ``informed``
-    attribute). Everything it needs is given to it: the number of chains, the shapes of the sampled
-    parameters (the model's names), the latents the sampler keeps (``latent_names``; names in
-    ``ignored_latents`` are accepted and dropped, e.g. probit scores a sampler integrates out) and their
-    dtype. The sampler applies what was set to its initial state (:meth:`apply_parameters`) and to its
-    first latents (:meth:`apply_latents`); either is applied once.
+    A component owned by the samplers of the intermediate-noise posterior and by the classical
+    :class:`lit_bayes.samplers.hmc.HMC` / ``MALA`` (their ``informed`` attribute; the classical ones keep
+    no latents: ``latent_names`` empty, :meth:`at_teacher` with ``latents=False``). Everything it needs
+    is given to it: the number of chains, the shapes of the sampled parameters (the model's names), the
+    latents the sampler keeps (``latent_names``; names in ``ignored_latents`` are accepted and dropped,
+    e.g. probit scores a sampler integrates out) and their dtype. The sampler applies what was set to its
+    initial state (:meth:`apply_parameters`) and to its first latents (:meth:`apply_latents`); either is
+    applied once.
     """
 
     def __init__(self, num_chains: int, parameter_shapes: Mapping[str, torch.Size], latent_names: Sequence[str],
@@ -211,16 +213,24 @@ class InformedStart:
             pending[name] = value[..., order, :].to(self.dtype)
         self._latents = (index, pending)
 
-    def at_teacher(self, datamodule: Any, student: nn.Module, chains: int, temperature: float = 1.0) -> None:
+    @property
+    def pending(self) -> bool:
+        """Whether given parameters or latents are still to be applied."""
+        return self._parameters is not None or self._latents is not None
+
+    def at_teacher(self, datamodule: Any, student: nn.Module, chains: int, temperature: float = 1.0,
+                   latents: bool = True) -> None:
         """Start the first ``chains`` chains at the teacher of a teacher-student DataModule (after its
-        setup): its weights and biases and its training latents, with the noise actually used for the
-        labels (spec §4 step 4, §8 item 5). Checks that ``student`` is the teacher's network and warns
-        when the teacher's joint is not the target (:func:`lit_bayes.data.teacher_student.check_student`)."""
-        teacher, latents = teacher_of(datamodule, "informed_chains")
+        setup): its weights and biases and, with ``latents``, its training latents, with the noise actually
+        used for the labels (spec §4 step 4, §8 item 5; ``latents=False`` for a sampler of the classical
+        posterior, which has none). Checks that ``student`` is the teacher's network and warns when the
+        teacher's joint is not the target (:func:`lit_bayes.data.teacher_student.check_student`)."""
+        teacher, train_latents = teacher_of(datamodule, "informed_chains")
         check_student(teacher, student, temperature, getattr(datamodule, "noiseless_labels", False))
-        x, y = datamodule.train_data.tensors
         self.set_parameters(dict(teacher.named_parameters()), range(chains))
-        self.set_latents(x, y, latents, range(chains))
+        if latents:
+            x, y = datamodule.train_data.tensors
+            self.set_latents(x, y, train_latents, range(chains))
 
     def apply_parameters(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
         """``state`` (stacked initial parameters ``net.*``) with the given chains' parameters replaced."""

@@ -4,6 +4,12 @@ App. I): which samplers thermalize, against the noise level, on teacher-student 
     python recipes/noisy_gibbs/exp_b.py                                  # reduced: 4 teachers, 2 noise levels, 5 s
     python recipes/noisy_gibbs/exp_b.py --teachers 72 --deltas all --budget-s 19800 --max-leapfrog 0   # the paper
 
+Every run is a ``lit-bayes fit`` of one config per sampler family, ``exp_b_gibbs.yaml``,
+``exp_b_hmc_intermediate.yaml``, ``exp_b_hmc_classical.yaml`` and ``exp_b_mala_classical.yaml``, with the
+run's settings as overrides (Delta, step size, leapfrog count, teacher seed, sizes, budget as the Trainer's
+``max_time``, the records' spacing); its ``summary.json`` holds the records this script reads
+(``thermalization_records`` of ``ThermalizationCheck``), under ``--root``/teacher_<t>/delta_<Delta>/<algorithm>.
+
 Setting (spec §6.1-6.2): teacher = student = 1-hidden-layer ReLU MLP with biases, d = 50 inputs, 10 hidden
 units, scalar output, lambda = fan-in (50 / 10); n = 2084 training inputs X ~ N(0, 1) per teacher, noiseless
 labels y = f(X, W*) (as in the paper's Fig. 2, so the informed start is only approximately at equilibrium);
@@ -20,7 +26,8 @@ adaptation, §5); ``--max-leapfrog`` caps the leapfrog count (default 100: the p
 take seconds per transition on this CPU, longer than the default budget). Each run holds two chains: chain 0
 starts at the teacher (weights and, for the intermediate posterior, its noiseless latents; spec §4 step 4),
 chain 1 is the uninformed start above. Their test MSE against the teacher, (1/n_test) sum (f(x, W*) - f(x, W))^2
-(§3), is recorded at ``--records`` evenly spaced wall-clock times.
+(§3), is recorded at ``--records`` evenly spaced wall-clock times (``ThermalizationCheck`` with
+``every_n_seconds``, and once more at the end of the run).
 
 Thermalization (spec §4; the paper merges by eye and does not state its rule, these numbers are ours): the
 merge rule of ``ThermalizationCheck`` with its defaults (:func:`lit_bayes.callbacks.thermalization.merge_band`
@@ -38,26 +45,21 @@ Everything goes to ``exp_b.json`` under ``--root``.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import time
 from pathlib import Path
 
-import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 
+from lit_bayes.callbacks import AcceptanceMonitor
 from lit_bayes.callbacks.thermalization import merge_band, merge_indices, trailing_mean
-from lit_bayes.data.teacher_student import TeacherStudent
-from lit_bayes.models.noisy_mlp import NoisyMLP
-from lit_bayes.samplers.hmc import HMC, MALA
-from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
-from lit_bayes.samplers.noisy_hmc import IntermediateHMC
+from lit_bayes.cli import fit_and_test, run_summary
+from lit_bayes.recipe_runs import settings_overrides
 
-WIDTHS = [50, 10, 1]
-INIT_STD = 1e-4  # the uninformed HMC / MALA start (spec §5)
+HERE = Path(__file__).resolve().parent
 ALGORITHMS = ("gibbs", "hmc_intermediate", "hmc_classical", "mala_classical")
+CONFIGS = {algorithm: HERE / f"exp_b_{algorithm}.yaml" for algorithm in ALGORITHMS}
 DELTAS = [10 ** (-k / 3) for k in range(17)]  # 1, 4.64e-1, ..., 1e-5, 4.64e-6: three per decade (App. I)
 DEFAULT_DELTAS = [1.0, 1e-1]
 # Table 4 (MALA, zero init) in Delta order, the Delta-column typos fixed as in spec §6.2
@@ -113,45 +115,6 @@ def hyperparameters(algorithm: str, delta: float, max_leapfrog: int) -> dict:
             "paper_num_leapfrog": leapfrog}
 
 
-class TestMSETrace(Callback):
-    """Starts the two chains (informed, uninformed) of a classical sampler, records every chain's test MSE
-    at ``records`` evenly spaced times of the ``budget_s`` run, and stops the run at the budget."""
-
-    def __init__(self, x_test: torch.Tensor, y_test: torch.Tensor, budget_s: float, records: int,
-                 classical_start: tuple[dict, torch.Generator] | None) -> None:
-        self.x_test, self.y_test = x_test, y_test.double()
-        self.budget_s, self.interval = budget_s, budget_s / records
-        self.classical_start = classical_start
-        self.times: list[float] = []
-        self.steps: list[int] = []
-        self.mse: list[torch.Tensor] = []
-        self.start = 0.0
-
-    @torch.no_grad()
-    def record(self, trainer, pl_module) -> None:
-        outputs = pl_module.outputs(pl_module.chains.as_dict(), self.x_test)[..., 0].double()
-        self.mse.append((outputs - self.y_test).pow(2).mean(-1))
-        self.times.append(time.perf_counter() - self.start)
-        self.steps.append(trainer.global_step)
-
-    @torch.no_grad()
-    def on_train_start(self, trainer, pl_module) -> None:
-        if self.classical_start is not None:
-            teacher, generator = self.classical_start
-            for name, value in pl_module.chains.as_dict().items():
-                value[0] = teacher[name[len("net."):]]
-                value[1] = INIT_STD * torch.randn(value.shape[1:], generator=generator)
-        self.start = time.perf_counter()
-        self.record(trainer, pl_module)
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        elapsed = time.perf_counter() - self.start
-        if elapsed >= self.interval * len(self.times):
-            self.record(trainer, pl_module)
-        if elapsed >= self.budget_s:
-            trainer.should_stop = True
-
-
 def thermalization(times: list[float], mse: torch.Tensor, window: int) -> dict:
     """Equilibrium test MSE of the informed chain and the merge of the uninformed one (module docstring)."""
     reference, low, high = merge_band(mse[:1], window)
@@ -166,36 +129,45 @@ def thermalization(times: list[float], mse: torch.Tensor, window: int) -> dict:
             "band": [low, high], "informed_stationary": abs(third - fourth) <= 0.2 * fourth}
 
 
-def run(algorithm: str, delta: float, data: TeacherStudent, args: argparse.Namespace, seed: int) -> dict:
-    """One run of ``algorithm`` at ``delta`` on ``data``: two chains (informed, uninformed) for the budget."""
-    model = NoisyMLP(WIDTHS, "relu", delta, delta)
+def overrides(algorithm: str, delta: float, teacher: int, args: argparse.Namespace, hyper: dict) -> list[str]:
+    """The ``--key value`` settings of one run of ``CONFIGS[algorithm]``: Delta, the paper's step size and
+    leapfrog count, the teacher (data and chain seeds), the sizes, the budget and the records' spacing."""
+    model = "model.init_args."
+    settings: dict = {"seed_everything": teacher, f"{model}seed": teacher, "data.init_args.seed": teacher,
+                      "data.init_args.num_train": args.num_train, "data.init_args.num_test": args.num_test,
+                      "trainer.max_time": {"milliseconds": max(1, round(1000 * args.budget_s))},
+                      # ThermalizationCheck, the configs' last callback
+                      "trainer.callbacks.init_args.every_n_seconds": args.budget_s / args.records,
+                      "trainer.callbacks.init_args.window": args.window}
+    if algorithm in ("gibbs", "hmc_intermediate"):  # Delta_Z = Delta_X = Delta at every layer
+        settings.update({f"{model}model.init_args.delta_z": delta, f"{model}model.init_args.delta_x": delta})
+    else:  # the classical posterior's Gaussian likelihood of variance Delta
+        settings[f"{model}likelihood.init_args.noise_std"] = math.sqrt(delta)
+    if "step_size" in hyper:
+        settings[f"{model}step_size"] = hyper["step_size"]
+    if algorithm in ("hmc_intermediate", "hmc_classical"):
+        settings[f"{model}num_leapfrog"] = hyper["num_leapfrog"]
+    return settings_overrides(settings)
+
+
+def run(algorithm: str, delta: float, teacher: int, args: argparse.Namespace) -> dict:
+    """One ``lit-bayes fit`` run of ``algorithm`` at ``delta`` on teacher ``teacher``: two chains (informed,
+    uninformed) for the budget; its records read back from its ``summary.json`` and judged by the merge rule."""
     hyper = hyperparameters(algorithm, delta, args.max_leapfrog)
-    options = {k: v for k, v in hyper.items() if k in ("step_size", "num_leapfrog")}
-    teacher = dict(data.teacher.named_parameters())
-    classical_start = None
-    if algorithm == "gibbs":  # chain 0 at the teacher (read from the DataModule), chain 1 uninformed
-        sampler = NoisyGibbs(model, num_chains=2, init="zeros", seed=seed, informed_chains=1)
-    elif algorithm == "hmc_intermediate":
-        sampler = IntermediateHMC(model, num_chains=2, init="normal", init_std=INIT_STD, adapt_steps=0, seed=seed,
-                                  informed_chains=1, **options)
-    else:
-        cls = MALA if algorithm == "mala_classical" else HMC
-        if cls is MALA:
-            options.pop("num_leapfrog")
-        sampler = cls(copy.deepcopy(model), model.likelihood(), model.prior(), num_chains=2, init="template",
-                      adapt_steps=0, seed=seed, **options)
-        classical_start = (teacher, torch.Generator().manual_seed(seed))
-    trace = TestMSETrace(*data.test_data.tensors, args.budget_s, args.records, classical_start)
-    L.Trainer(max_epochs=10**9, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-              enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, callbacks=[trace],
-              default_root_dir=args.root).fit(sampler, datamodule=data)
-    mse = torch.stack(trace.mse, dim=1)
-    result = thermalization(trace.times, mse, args.window)
-    accepted = sampler.optimizers().optimizer.acceptance() if algorithm != "gibbs" else None
-    result.update(algorithm=algorithm, delta=delta, steps=trace.steps[-1], wall_s=trace.times[-1],
-                  hyperparameters=hyper, trace_s=trace.times, trace_test_mse=mse.tolist(),
-                  acceptance=None if accepted is None or accepted[1] == 0 else
-                  (accepted[0].double() / accepted[1]).tolist())
+    directory = Path(args.root) / f"teacher_{teacher}" / f"delta_{key(delta)}" / algorithm
+    (directory / "summary.json").unlink(missing_ok=True)  # a run of an earlier call would be merged into
+    cli = fit_and_test(CONFIGS[algorithm], [*overrides(algorithm, delta, teacher, args, hyper),
+                                            "--trainer.logger", "false", "--trainer.default_root_dir", str(directory),
+                                            "--summary.directory", str(directory)])
+    summary = run_summary(cli)
+    records = summary["thermalization_records"]
+    times, mse = records["times_s"], torch.tensor(records["test_mse"], dtype=torch.float64)
+    result = thermalization(times, mse, args.window)
+    monitors = [c for c in cli.trainer.callbacks if isinstance(c, AcceptanceMonitor)]
+    last = monitors[0].last if monitors else None
+    acceptance = None if last is None or not last["proposed"] else (last["accepted"][:, 0] / last["proposed"]).tolist()
+    result.update(algorithm=algorithm, delta=delta, steps=summary["steps"], wall_s=times[-1], hyperparameters=hyper,
+                  trace_s=times, trace_test_mse=mse.tolist(), acceptance=acceptance, directory=str(directory))
     return result
 
 
@@ -229,7 +201,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=5, help="records in the trailing mean of the merge rule")
     parser.add_argument("--num-train", type=int, default=2084, help="training points per teacher (the paper: 2084)")
     parser.add_argument("--num-test", type=int, default=2000, help="test points (the paper's code: 2000)")
-    parser.add_argument("--root", default="runs/noisy_gibbs_exp_b", help="where exp_b.json goes")
+    parser.add_argument("--root", default="runs/noisy_gibbs_exp_b", help="where the runs and exp_b.json go")
     args = parser.parse_args()
     for name in ("teachers", "records", "window", "num_train", "num_test"):
         if getattr(args, name) < 1:
@@ -239,17 +211,13 @@ def main() -> None:
     deltas = DELTAS if args.deltas == ["all"] else [float(d) for d in args.deltas]
     if any(not d > 0 for d in deltas):
         parser.error("--deltas must be positive numbers or 'all'")
-    torch.set_num_threads(1)  # the paper: one CPU core per run
-    root = Path(args.root)
+    root = Path(args.root)  # each config runs on one CPU thread (its `threads: 1`), as the paper's one core
     root.mkdir(parents=True, exist_ok=True)
     runs, started = [], time.perf_counter()
-    for teacher in range(args.teachers):
-        data = TeacherStudent(WIDTHS, "relu", num_train=args.num_train, num_test=args.num_test,
-                              noiseless_labels=True, seed=teacher)  # noiseless labels: independent of Delta
-        data.setup()
+    for teacher in range(args.teachers):  # the teacher and data of seed `teacher`, noiseless labels
         for delta in deltas:
             for algorithm in args.algorithms:
-                result = run(algorithm, delta, data, args, seed=teacher)
+                result = run(algorithm, delta, teacher, args)
                 runs.append({**result, "teacher": teacher})
                 print(f"teacher {teacher} Delta {key(delta)} {algorithm}: {result['steps']} steps, equilibrium test "
                       f"MSE {result['equilibrium_test_mse']:.3g}, uninformed {result['uninformed_final_test_mse']:.3g}"
