@@ -22,6 +22,8 @@ class MAP(SamplerModule):
     do not depend on the data size; its minimiser is the MAP estimate of
     the tempered posterior. With ``num_chains > 1`` the independently initialised chains
     form a deep ensemble. MAP keeps no samples: predictions use the current parameters.
+    ``temperature`` has no meaning for the estimate: exp(-U/T) has the same maximiser for every T,
+    and the loss is only scaled by 1/T (which changes SGD's effective learning rate, not Adam's).
 
     ``optimizer`` is any ``torch.optim`` class by its lower-case name (``"adam"``, ``"sgd"``,
     ``"adamw"``, ``"rmsprop"``, ...), ``lr`` its learning rate and ``optimizer_options`` its
