@@ -1,4 +1,5 @@
 """LightningDataModules for the papers' data sets (see :mod:`lit_bayes.data.base` for the shared contract)."""
+from .arrays import ArrayDataModule
 from .base import BayesDataModule, EpochBatchSampler
 from .crescent import CrescentData
 from .images import TorchvisionImages
@@ -9,6 +10,7 @@ from .teacher_student import TeacherStudent
 from .uci import UCICSV
 
 __all__ = [
+    "ArrayDataModule",
     "BayesDataModule",
     "ClassPrototypes",
     "CorrelatedLinearRegression",
