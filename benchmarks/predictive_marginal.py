@@ -19,6 +19,10 @@ peak memory of one path cannot hide in another's. Peak memory is measured as:
 Each path is warmed up on a small slice first; wall time is one timed call (``--repeats``
 takes the minimum of several). Times are ratios within this run only; nothing asserts on them.
 
+Fraction of peak (issue 26, target >= 0.85): the matrix-product FLOPs of the predictive,
+2 S P sum_l d_l d_(l+1), per second, over the machine's sgemm rate measured in the same run
+(the best of five 2048 x 2048 float32 products, same device and thread count).
+
 Run from the repository root:  python benchmarks/predictive_marginal.py [--device cpu|cuda]
 The last line printed is one JSON object with every figure.
 """
@@ -182,6 +186,23 @@ def worker(args) -> None:
                       "threads": torch.get_num_threads()}))
 
 
+def sgemm_flops_per_second(device: str, size: int = 2048, repeats: int = 5) -> float:
+    """The best float32 matrix-product rate of ``repeats`` square products of ``size`` on ``device``."""
+    import torch
+
+    a, b = (torch.rand(size, size, device=device) for _ in range(2))
+    best = float("inf")
+    for _ in range(repeats + 1):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
 # ---------------------------------------------------------------------- driver side
 def run_path(args, name: str, out: Path) -> dict:
     command = [
@@ -217,6 +238,9 @@ def main() -> int:
             results[name] = run_path(args, name, out)
             probs[name] = load_file(str(out))["probs"]
 
+    torch.set_num_threads(results["loop"]["threads"])
+    peak_rate = sgemm_flops_per_second(args.device)
+    flops = 2 * args.samples * args.points * sum(a * b for a, b in zip(WIDTHS[:-1], WIDTHS[1:]))
     reference = probs["loop"]
     loop_s = results["loop"]["seconds"]
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else (platform.processor() or platform.machine())
@@ -228,31 +252,36 @@ def main() -> int:
     print("for scale, one (chunk x points x 10) float32 activation: "
           + ", ".join(f"chunk={c}: {mib:.1f} MiB" for c, mib in one.items())
           + f"; the loop's per-sample (points x 10) activation: {args.points * WIDTHS[-1] * 4 / 2**20:.2f} MiB")
-    header = f"{'path':<32}{'seconds':>10}{'speed-up':>10}{'peak MiB':>11}{'max |dp|':>12}"
+    print(f"sgemm peak (2048^2 float32, same run): {peak_rate / 1e9:.1f} GFLOP/s; the predictive's products: "
+          f"{flops / 1e9:.1f} GFLOP; 'of peak' = their rate over the sgemm peak (target >= 0.85)")
+    header = f"{'path':<32}{'seconds':>10}{'speed-up':>10}{'of peak':>9}{'peak MiB':>11}{'max |dp|':>12}"
     print(header)
     print("-" * len(header))
     figures = {"benchmark": "predictive_marginal", "device": args.device, "samples": args.samples,
                "points": args.points, "widths": WIDTHS, "threads": results["loop"]["threads"],
                "memory_method": results["loop"]["method"], "loop_s": round(loop_s, 4),
-               "loop_peak_mib": round(results["loop"]["peak_bytes"] / 2**20, 1)}
+               "loop_peak_mib": round(results["loop"]["peak_bytes"] / 2**20, 1),
+               "sgemm_gflops": round(peak_rate / 1e9, 2), "predictive_gflop": round(flops / 1e9, 3)}
     max_diff = 0.0
     for name in names:
         seconds = results[name]["seconds"]
         diff = float((probs[name] - reference).abs().max())
         max_diff = max(max_diff, diff)
         label = "python loop over samples" if name == "loop" else f"marginal_predictive {name}"
-        print(f"{label:<32}{seconds:>10.3f}{loop_s / seconds:>9.2f}x{results[name]['peak_bytes'] / 2**20:>11.1f}"
-              f"{diff:>12.2e}")
+        print(f"{label:<32}{seconds:>10.3f}{loop_s / seconds:>9.2f}x{flops / seconds / peak_rate:>9.2f}"
+              f"{results[name]['peak_bytes'] / 2**20:>11.1f}{diff:>12.2e}")
         if name != "loop":
             key = f"vectorised_c{name.split('=')[1]}"
             figures[f"{key}_s"] = round(seconds, 4)
             figures[f"{key}_speedup"] = round(loop_s / seconds, 3)
             figures[f"{key}_peak_mib"] = round(results[name]["peak_bytes"] / 2**20, 1)
             figures[f"{key}_max_abs_diff"] = diff
+            figures[f"{key}_fraction_of_sgemm_peak"] = round(flops / seconds / peak_rate, 3)
     best = min((n for n in names if n != "loop"), key=lambda n: results[n]["seconds"])
     figures["vectorised_s"] = round(results[best]["seconds"], 4)
     figures["vectorised_best_chunk"] = int(best.split("=")[1])
     figures["speedup"] = round(loop_s / results[best]["seconds"], 3)
+    figures["fraction_of_sgemm_peak"] = round(flops / results[best]["seconds"] / peak_rate, 3)
     figures["max_abs_diff"] = max_diff
     figures["within_tolerance"] = max_diff <= TOLERANCE
     print(f"max abs difference of probabilities vs loop: {max_diff:.2e} "

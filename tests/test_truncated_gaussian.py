@@ -10,9 +10,11 @@ from scipy import special, stats
 
 from lit_bayes.steppers.truncated_gaussian import (
     log_ndtr_bounds,
+    log_normal_cdf,
     negative_piece_chosen,
     pre_activation_pieces,
     probit_scores,
+    sample_pre_activations,
     standard_normal_above,
     truncated_normal,
     two_piece_mixture,
@@ -38,12 +40,19 @@ def test_standard_normal_above_matches_truncated_density(alpha):
     assert stats.kstest(draws, upper_tail_cdf(alpha)).pvalue > KS_P_MIN
 
 
-def test_standard_normal_above_with_both_methods_in_one_tensor():
-    """Inverse CDF (alpha < TAIL) and the tail method interleaved in one call: each element keeps the
-    law of its own cut (an index mix-up between the two would show)."""
-    alphas = torch.tensor([-8.0, -1.0, 0.5, 7.5, -2.0, 3.0], dtype=torch.float64)
-    draws = standard_normal_above(alphas.repeat(DRAWS).reshape(DRAWS, len(alphas)), generator(8)).numpy()
-    assert (draws >= alphas.numpy()).all()
+@pytest.mark.parametrize("normal_dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("columns", [6, 1])
+def test_standard_normal_above_with_every_method_in_one_tensor(normal_dtype, columns):
+    """Rejection from the plain normal (alpha < PLAIN, its rejects redrawn), inverse CDF (alpha < TAIL) and
+    the tail method interleaved in one call: each element keeps the law of its own cut (an index mix-up
+    between them would show). With one column of each six, few elements are redrawn (the gather path);
+    with six, most are (the all-elements path)."""
+    alphas = torch.tensor([-8.0, -1.0, 0.5, 7.5, -2.0, -1.01], dtype=torch.float64)
+    grid = alphas.repeat(DRAWS).reshape(DRAWS, len(alphas))
+    if columns == 1:  # five plain cuts for each other cut: mostly the rejection path
+        grid = torch.cat([grid, grid[:, [0]].expand(DRAWS, 5 * len(alphas))], dim=1)
+    draws = standard_normal_above(grid, generator(8), normal_dtype).numpy()
+    assert (draws >= grid.numpy()).all()
     for column, alpha in enumerate(alphas.tolist()):
         assert stats.kstest(draws[:, column], upper_tail_cdf(alpha)).pvalue > KS_P_MIN, alpha
 
@@ -198,3 +207,29 @@ def test_piece_choice_equals_the_exact_log_odds_comparison(activation):
             logit_u = torch.log(u / (1.0 - u))
             exact = exact_log_odds(negative, positive)
             assert torch.equal(negative_piece_chosen(negative, positive, logit_u), logit_u < exact)
+
+
+def test_log_normal_cdf_equals_scipy_from_deep_tail_to_one():
+    """The one-erfc log Phi (and its log_ndtr fallback below DEEP) against scipy, to float64 accuracy."""
+    a = torch.cat([torch.linspace(-60.0, 40.0, 200_001, dtype=torch.float64), torch.tensor([-1e3, 0.0, 1e3],
+                                                                                           dtype=torch.float64)])
+    exact = torch.from_numpy(special.log_ndtr(a.numpy()))
+    torch.testing.assert_close(log_normal_cdf(a), exact, rtol=1e-10, atol=1e-300)
+    assert log_normal_cdf(torch.tensor([-1e3], dtype=torch.float64)).isfinite().all()
+
+
+def test_chunked_layer_draw_keeps_each_element_law(monkeypatch):
+    """sample_pre_activations over (C, n, K) in chunks that cut rows apart (CHUNK = 777): every element keeps
+    the law of its own (omega, x), so no chunk reads or writes another's elements."""
+    import lit_bayes.steppers.truncated_gaussian as module
+
+    monkeypatch.setattr(module, "CHUNK", 777)
+    settings = [(0.3, 0.5, 0.2, 0.3), (-1.0, 1.0, 1e-4, 1e-4), (0.05, 0.0, 0.5, 0.5)]  # (omega, x, Delta_Z, Delta_X)
+    omega = torch.tensor([s[0] for s in settings], dtype=torch.float32).repeat(2, DRAWS // 2, 1)
+    post = torch.tensor([s[1] for s in settings], dtype=torch.float32).repeat(2, DRAWS // 2, 1)
+    for column, (w, x, delta_z, delta_x) in enumerate(settings):
+        out = torch.empty_like(omega)
+        sample_pre_activations("relu", omega, post, delta_z, delta_x, generator(9 + column), out)
+        draws = out[..., column].flatten().double().numpy()
+        assert stats.kstest(draws, exact_cdf("relu", float(np.float32(w)), float(np.float32(x)), delta_z,
+                                             delta_x)).pvalue > KS_P_MIN, column

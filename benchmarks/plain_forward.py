@@ -1,0 +1,48 @@
+"""The one unit of every benchmark: the plain forward-equivalent (issue 26).
+
+One forward-equivalent ("fwd") is the time of one plain torch forward pass and summed loss of the
+benchmarked network on the benchmarked batch (or training set): ``F.linear``, activation, ...,
+``F.linear``, then the loss with ``reduction="sum"``; one network, no chain dimension, no library
+wrapper, same dtype, thread count and process as what it measures, timed in turn with it (so that a
+change of the machine's load moves both alike). Small operations inflate far more than large ones
+on a loaded machine: compare figures taken in one run only.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+ACTIVATIONS = {"relu": F.relu, "sigmoid": torch.sigmoid, "gelu": F.gelu, "tanh": torch.tanh}
+LOSSES = {
+    "mse": lambda out, y: F.mse_loss(out.reshape(y.shape), y, reduction="sum"),
+    "cross_entropy": lambda out, y: F.cross_entropy(out, y, reduction="sum"),
+    "bernoulli": lambda out, y: F.binary_cross_entropy_with_logits(out.reshape(y.shape), y, reduction="sum"),
+}
+
+
+def plain_forward(widths: list[int], activation: str, loss: str, x: torch.Tensor, y: torch.Tensor,
+                  seed: int = 0) -> Callable[[], torch.Tensor]:
+    """A call doing one plain forward + summed loss of an MLP with layer ``widths`` on ``(x, y)``."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
+    gen = torch.Generator().manual_seed(seed)
+    layers = [(torch.randn(d_out, d_in, generator=gen, dtype=x.dtype).to(x.device) / math.sqrt(d_in),
+               torch.zeros(d_out, dtype=x.dtype, device=x.device)) for d_in, d_out in zip(widths[:-1], widths[1:])]
+    act, criterion = ACTIVATIONS[activation], LOSSES[loss]
+    inputs = x.flatten(1)
+
+    @torch.no_grad()
+    def call() -> torch.Tensor:
+        h = inputs
+        for i, (weight, bias) in enumerate(layers):
+            h = F.linear(h, weight, bias)
+            if i < len(layers) - 1:
+                h = act(h)
+        return criterion(h, y)
+
+    return call
