@@ -4,6 +4,7 @@ from lit_bayes.callbacks.chain_diagnostics import ChainDiagnostics
 from lit_bayes.callbacks.coordinate_mixing import CoordinateMixing
 from lit_bayes.callbacks.lr_decay import ExponentialLRDecay
 from lit_bayes.callbacks.map_baseline import MAPBaseline
+from lit_bayes.callbacks.ood_metrics import OODMetrics
 from lit_bayes.callbacks.plots import DiagnosticPlots
 from lit_bayes.callbacks.posterior_samples import PosteriorSamples
 from lit_bayes.callbacks.predictive_marginal import PredictiveMarginal
@@ -21,6 +22,7 @@ __all__ = [
     "DiagnosticPlots",
     "ExponentialLRDecay",
     "MAPBaseline",
+    "OODMetrics",
     "PosteriorSamples",
     "PredictiveMarginal",
     "RunCheckpoint",

@@ -25,7 +25,9 @@ __all__ = [
     "DiagnosticPlots",
     "acceptance_plot",
     "log_figure",
+    "plottable",
     "reliability_diagram",
+    "trace_axes_labels",
     "trace_plot",
     "uncertain_points_plot",
 ]
@@ -79,26 +81,73 @@ def reliability_diagram(probs: Array, target: Array, n_bins: int = 15) -> Figure
     top.set(ylim=(0, 1), ylabel="accuracy", title=f"Reliability diagram (ECE = {ece:.4f})")
     top.legend(loc="upper left")
     bottom.bar(centers, counts, width=width, edgecolor="black", color="tab:gray")
-    bottom.set(xlim=(0, 1), xlabel="confidence (top-label probability)", ylabel="count")
+    bottom.set(xlim=(0, 1), xlabel="confidence (top-label probability)", ylabel="points in bin")
     return fig
 
 
+SAMPLE_STEPS = "recorded sample step (after burn-in)"
+TRAINING_STEPS = "training step"
+LOG_DENSITY = r"$\log p(y \mid x, \theta)$ (nats)"
+# the traces of ChainDiagnostics: name, or prefix of numbered names, -> (title, y label, x label);
+# "<k>" stands for the number
+TRACE_AXES = {
+    "energy": (r"Training energy $U(\theta)$ of each chain", r"energy $U(\theta)$", SAMPLE_STEPS),
+    "projection_": (r"Random projection <k> of the weights: $\theta \cdot u_{<k>}$, "
+                    r"$u_{<k>}$ a fixed random unit vector", r"$\theta \cdot u_{<k>}$", SAMPLE_STEPS),
+    "heldout_lpd": (r"Held-out log predictive density: mean of $\log p(y \mid x, \theta)$ over the held-out batch",
+                    LOG_DENSITY, SAMPLE_STEPS),
+    "point_lpd_": (r"Log predictive density $\log p(y \mid x, \theta)$ of fixed held-out point <k>",
+                   LOG_DENSITY, SAMPLE_STEPS),
+    "val_nlpd": (r"Validation NLPD: mean $-\log p(y \mid x, \theta)$ of the validation points under each chain",
+                 "NLPD (nats)", "validation run (after burn-in)"),
+    "particle_ess": ("Particle effective sample size before reweighting, as a fraction of the particles",
+                     "ESS / particles", TRAINING_STEPS),
+    "resampled": ("Whether the step resampled the particles", "resampled (1: yes)", TRAINING_STEPS),
+    "log_evidence": ("Running estimate of the log normalising constant", "log evidence (nats)", TRAINING_STEPS),
+}
+
+
+def trace_axes_labels(name: str) -> tuple[str, str, str]:
+    """(title, y label, x label) of the trace ``name`` (:data:`TRACE_AXES`; other names label themselves)."""
+    if name in TRACE_AXES:
+        return TRACE_AXES[name]
+    for prefix, labels in TRACE_AXES.items():
+        number = name.removeprefix(prefix)
+        if prefix.endswith("_") and number != name and number.isdigit():
+            return tuple(label.replace("<k>", number) for label in labels)
+    return name, name, "recorded draw"
+
+
+def plottable(trace: Array) -> bool:
+    """Whether a ``(chains, draws)`` trace draws a line: at least 2 draws and a finite value."""
+    array = _numpy(trace)
+    return array.ndim == 2 and array.shape[1] >= 2 and bool(np.isfinite(array).any())
+
+
 def trace_plot(traces: Mapping[str, Array]) -> Figure:
-    """One axes per named ``(chains, draws)`` trace, one line per chain."""
+    """One axes per named ``(chains, draws)`` trace, one line per chain, titled and labelled by
+    :func:`trace_axes_labels`. Traces that draw no line (fewer than 2 draws, no finite value: see
+    :func:`plottable`) get no axes; the figure's title names them."""
     if not traces:
         raise ValueError("traces is empty: pass at least one named (chains, draws) trace")
     arrays = {name: _numpy(trace) for name, trace in traces.items()}
     for name, array in arrays.items():
         if array.ndim != 2 or 0 in array.shape:
             raise ValueError(f"traces[{name!r}] must have shape (chains, draws) with both >= 1, got {array.shape}")
-    fig = Figure(figsize=(8, 1.8 * len(arrays) + 0.6), layout="constrained")
-    axes = fig.subplots(len(arrays), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, (name, array) in zip(axes, arrays.items()):
-        for chain, values in enumerate(array):
-            ax.plot(values, linewidth=0.8, label=f"chain {chain}")
-        ax.set_ylabel(name)
-    axes[-1].set_xlabel("recorded draw")
-    axes[0].set_title("Traces per chain")
+    shown = {name: array for name, array in arrays.items() if plottable(array)}
+    if not shown:
+        raise ValueError(f"traces: none has 2 or more draws with a finite value ({', '.join(arrays)})")
+    fig = Figure(figsize=(8, 2.2 * len(shown) + 0.8), layout="constrained")
+    axes = fig.subplots(len(shown), 1, squeeze=False)[:, 0]
+    for ax, (name, array) in zip(axes, shown.items()):
+        for values in array:
+            ax.plot(values, linewidth=0.8)
+        title, ylabel, xlabel = trace_axes_labels(name)
+        ax.set(title=title, ylabel=ylabel, xlabel=xlabel)
+        ax.title.set_fontsize("medium")
+    left_out = [name for name in arrays if name not in shown]
+    note = f"\nnot shown (fewer than 2 draws or no finite value): {', '.join(left_out)}" if left_out else ""
+    fig.suptitle(f"Per-chain traces (one line per chain){note}")
     return fig
 
 
@@ -114,7 +163,8 @@ def acceptance_plot(rates_by_layer: Mapping[str, float]) -> Figure:
     ax = fig.subplots()
     ax.bar(range(len(names)), rates, edgecolor="black")
     ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
-    ax.set(ylim=(0, 1), ylabel="acceptance rate", title="Acceptance rate by layer")
+    ax.set(ylim=(0, 1), xlabel="layer (block of parameters)", ylabel="acceptance rate (accepted / proposed)",
+           title="Metropolis-Hastings acceptance rate by layer")
     return fig
 
 
@@ -122,7 +172,8 @@ def uncertain_points_plot(probs: Array, target: Array, k: int = 16) -> Figure:
     """Predictive class probabilities of the ``k`` points with the highest predictive entropy.
 
     One small bar chart per point (most uncertain first), one bar per class, the true class in
-    orange; each title gives the point's index and entropy in nats.
+    orange; each title gives the point's index and its predictive entropy
+    H = -sum_c p(c) log p(c) in nats (at most log C, all classes equally likely).
     """
     p, t = _check_classification(probs, target)
     check_int("k", k, 1)
@@ -130,16 +181,19 @@ def uncertain_points_plot(probs: Array, target: Array, k: int = 16) -> Figure:
     chosen = np.argsort(-entropy, kind="stable")[: min(k, len(t))]
     cols = min(4, len(chosen))
     rows = math.ceil(len(chosen) / cols)
-    fig = Figure(figsize=(2.4 * cols, 2.0 * rows + 0.4), layout="constrained")
+    fig = Figure(figsize=(max(2.6 * cols, 6.5), 2.3 * rows + 0.8), layout="constrained")
     axes = fig.subplots(rows, cols, sharey=True, squeeze=False).ravel()
     classes = np.arange(p.shape[1])
     for ax, i in zip(axes, chosen):
         colors = np.where(classes == t[i], "tab:orange", "tab:blue")
         ax.bar(classes, p[i], color=colors)
-        ax.set(ylim=(0, 1), xticks=classes, title=f"#{i}  H={entropy[i]:.2f}")
+        ax.set(ylim=(0, 1), xticks=classes, xlabel="class", ylabel="predictive probability",
+               title=f"point {i}: H = {entropy[i]:.2f} nats")
+        ax.title.set_fontsize("medium")
     for ax in axes[len(chosen):]:
         fig.delaxes(ax)
-    fig.suptitle("Most uncertain points (true class in orange)")
+    fig.suptitle(r"Points with the highest predictive entropy $H = -\sum_c p(c) \log p(c)$" "\n"
+                 f"(at most log {p.shape[1]} = {math.log(p.shape[1]):.2f} nats); true class in orange")
     return fig
 
 
@@ -204,7 +258,7 @@ class DiagnosticPlots(Callback):
     def on_fit_end(self, trainer, pl_module) -> None:
         diagnostics = next((c for c in trainer.callbacks if isinstance(c, ChainDiagnostics)), None)
         traces = diagnostics.traces() if diagnostics is not None else {}
-        if traces and trainer.is_global_zero:
+        if any(plottable(trace) for trace in traces.values()) and trainer.is_global_zero:
             self._save(trainer, "traces", trace_plot(traces))
         monitor = next((c for c in trainer.callbacks if isinstance(c, AcceptanceMonitor)), None)
         rates = monitor.rates()["layer"] if monitor is not None else {}

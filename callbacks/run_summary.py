@@ -18,21 +18,40 @@ def _number(value) -> float | None:
 
 
 class RunSummary(Callback):
-    """At the end of fit and of test, writes ``{"sampler", "dataset", "seed", "steps",
-    "wall_time_s", "metrics": {...}}`` to ``<log_dir>/summary.json`` (merged with what an
+    """At the end of fit and of test, writes ``{"sampler", "dataset", "seed", "steps", "wall_time_s",
+    "wall_time_segment_s", "metrics": {...}}`` to ``<log_dir>/summary.json`` (merged with what an
     earlier stage of the same run wrote). Metrics are every value in
     ``trainer.callback_metrics`` plus what callbacks add through ``summary_metrics()``, and
     ``best/<monitor>``, the best value a monitoring checkpoint callback has seen. Callbacks with a
-    ``summary_section(trainer, pl_module)`` add top-level blocks (:class:`RunHealth`: ``health``)."""
+    ``summary_section(trainer, pl_module)`` add top-level blocks (:class:`RunHealth`: ``health``).
+
+    Wall time: ``wall_time_segment_s`` is the seconds of this process's segment, from the start of fit
+    (or of test, without a fit) to the write; ``wall_time_s`` adds the wall time of the segments a
+    resumed fit continues, which checkpoints carry (this callback's state: the run's wall time when the
+    checkpoint was written, so an earlier segment counts up to its last checkpoint, without the test that
+    followed it). Without a resume the two are equal.
+    """
 
     def __init__(self, directory: str | None = None) -> None:
         self.directory = directory
         self._start = None
+        self._earlier = 0.0  # wall time of the segments before this one (from the checkpoint resumed)
         self.path: Path | None = None
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         # on every process: trainer.log_dir is a collective call under DDP
         self.path = Path(self.directory or trainer.log_dir or trainer.default_root_dir) / "summary.json"
+        if stage == "fit":
+            self._earlier = 0.0  # a checkpoint restored after setup sets it (load_state_dict)
+
+    def _segment(self) -> float:
+        return time.perf_counter() - self._start if self._start is not None else 0.0
+
+    def state_dict(self) -> dict[str, float]:
+        return {"wall_time_s": self._earlier + self._segment()}
+
+    def load_state_dict(self, state_dict: dict[str, float]) -> None:
+        self._earlier = float(state_dict["wall_time_s"])
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._start = time.perf_counter()
@@ -60,7 +79,8 @@ class RunSummary(Callback):
             dataset=type(datamodule).__name__ if datamodule is not None else None,
             seed=getattr(pl_module, "seed", None),
             steps=int(trainer.global_step),
-            wall_time_s=round(time.perf_counter() - self._start, 3) if self._start else None,
+            wall_time_s=round(self._earlier + self._segment(), 3) if self._start else None,
+            wall_time_segment_s=round(self._segment(), 3) if self._start else None,
         )
         summary["metrics"].update(metrics)
         tmp = self.path.with_name("summary.json.tmp")

@@ -4,8 +4,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 from torchmetrics import Metric
+from torchmetrics.utilities import dim_zero_cat
 
-__all__ = ["NLPD", "BrierScore", "PerSampleAccuracy", "PerSampleECE", "PerSampleRMSE"]
+__all__ = [
+    "NLPD",
+    "BrierScore",
+    "OODDetection",
+    "PerSampleAccuracy",
+    "PerSampleECE",
+    "PerSampleRMSE",
+    "auroc",
+    "average_precision",
+]
 
 
 class NLPD(Metric):
@@ -116,3 +126,81 @@ class PerSampleRMSE(Metric):
 
     def compute(self) -> Tensor:
         return (self.squared / self.count).sqrt().mean()
+
+
+def _check_scores(scores: Tensor, positive: Tensor) -> tuple[Tensor, Tensor]:
+    if scores.dim() != 1 or positive.shape != scores.shape:
+        raise ValueError(f"scores and positive must be 1-d of one length, got shapes {tuple(scores.shape)} "
+                         f"and {tuple(positive.shape)}")
+    if not torch.isfinite(scores).all():
+        raise ValueError("scores contain NaN or infinite values")
+    positive = positive.bool()
+    if positive.all() or not positive.any():
+        raise ValueError(f"positive must mark at least one positive and one negative point, got "
+                         f"{int(positive.sum())} positives among {positive.numel()}")
+    return scores.double(), positive
+
+
+def auroc(scores: Tensor, positive: Tensor) -> Tensor:
+    """Area under the ROC curve of ``scores`` (higher: more likely positive) for the labels
+    ``positive`` (bool), computed exactly from ranks (the Mann-Whitney U statistic):
+
+        AUROC = (sum of the positives' ranks - P (P + 1) / 2) / (P N)
+
+    for P positives and N negatives, tied scores sharing their mean rank (a tie counts 1/2).
+    1: every positive scores above every negative; 0: below; 0.5: no separation.
+    """
+    scores, positive = _check_scores(scores, positive)
+    _, inverse, counts = torch.unique(scores, return_inverse=True, return_counts=True)
+    ends = counts.cumsum(0).double()  # the 1-based rank of each distinct score's last copy
+    mean_rank = ends - (counts.double() - 1) / 2
+    num_pos = int(positive.sum())
+    num_neg = positive.numel() - num_pos
+    rank_sum = mean_rank[inverse][positive].sum()
+    return (rank_sum - num_pos * (num_pos + 1) / 2) / (num_pos * num_neg)
+
+
+def average_precision(scores: Tensor, positive: Tensor) -> Tensor:
+    """Area under the precision-recall curve of ``scores`` for the labels ``positive`` (bool), as
+    the average precision over the distinct thresholds t (scikit-learn's and torchmetrics' definition):
+
+        AP = sum_t (R_t - R_t') P_t
+
+    where P_t and R_t are the precision and recall of "score >= t" and t' is the next higher
+    threshold (R = 0 above the highest). Tied scores pass a threshold together. 1 for a perfect
+    ranking; the positives' share of the points when all scores tie.
+    """
+    scores, positive = _check_scores(scores, positive)
+    distinct, inverse = torch.unique(scores, return_inverse=True)  # ascending
+    num = distinct.numel()
+    pos_at = torch.zeros(num, dtype=torch.float64).index_add_(0, inverse, positive.double())
+    all_at = torch.zeros(num, dtype=torch.float64).index_add_(0, inverse, torch.ones_like(scores))
+    true_pos = pos_at.flip(0).cumsum(0)  # points scoring >= each threshold, thresholds descending
+    predicted = all_at.flip(0).cumsum(0)
+    recall = true_pos / true_pos[-1]
+    gain = torch.diff(recall, prepend=recall.new_zeros(1))
+    return (gain * true_pos / predicted).sum()
+
+
+class OODDetection(Metric):
+    """AUROC and AUPR of a score (predictive entropy, mutual information) that should be higher on
+    out-of-distribution points (the positives) than on in-distribution ones (:func:`auroc`,
+    :func:`average_precision`). ``update(scores, out_of_distribution)`` adds a batch of one kind;
+    ``compute()`` returns ``{"auroc": ..., "aupr": ...}``. Scores are kept (a list state), so
+    processes sync them all.
+    """
+
+    full_state_update = False
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.add_state("scores", default=[], dist_reduce_fx="cat")
+        self.add_state("positive", default=[], dist_reduce_fx="cat")
+
+    def update(self, scores: Tensor, out_of_distribution: bool) -> None:
+        self.scores.append(scores.detach().flatten().double())
+        self.positive.append(torch.full((scores.numel(),), bool(out_of_distribution), device=scores.device))
+
+    def compute(self) -> dict[str, Tensor]:
+        scores, positive = dim_zero_cat(self.scores).cpu(), dim_zero_cat(self.positive).cpu()
+        return {"auroc": auroc(scores, positive), "aupr": average_precision(scores, positive)}

@@ -144,13 +144,14 @@ class RunPosterior:
     ``samples`` (named, ``(S, ...)``) and ``log_weights`` (S,) are the kept draws, or, for a
     sampler that predicts with its current state (Feynman-Kac) or keeps none by design (MAP),
     its current particles or parameters with their weights. ``config`` is the saved
-    ``config.yaml`` as a dict."""
+    ``config.yaml`` as a dict, ``checkpoint`` the checkpoint they were read from."""
 
     module: SamplerModule
     samples: dict[str, Tensor]
     log_weights: Tensor
     config: dict
     run_dir: Path
+    checkpoint: Path | None = None
 
     @property
     def num_draws(self) -> int:
@@ -223,4 +224,4 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
                 "PosteriorSamples callback (the `samples` config section)"
             )
         samples, log_weights = kept
-    return RunPosterior(module, samples, log_weights, config, run_dir)
+    return RunPosterior(module, samples, log_weights, config, run_dir, checkpoint)

@@ -13,7 +13,7 @@ Launch as any Lightning DDP job, e.g. on one machine
 ``Trainer(accelerator="gpu", devices=8, num_nodes=4, strategy=ChainParallel())`` started
 by ``torchrun`` or SLURM's ``srun`` on every node (Lightning reads the cluster
 environment). Importing this module registers the name ``"chain_parallel"`` with Lightning's
-strategy registry (``lit_bayes`` imports it), so the CLI takes ``--trainer.strategy chain_parallel --trainer.devices 8 --trainer.num_nodes 4``.
+strategy registry (``lit_bayes.samplers`` imports it), so the CLI takes ``--trainer.strategy chain_parallel --trainer.devices 8 --trainer.num_nodes 4``.
 """
 from __future__ import annotations
 

@@ -78,8 +78,10 @@ def test_exp_a_script_reports_from_a_checkpoint_and_resumes_exactly(tmp_path):
     assert resumed["steps"] == 40 and resumed["ours"]["records"] == 21.0
     assert resumed["ours"] == uninterrupted["ours"]
     assert resumed["trace"] == uninterrupted["trace"] and resumed["trace"][-1][0] == 40
-    with (tmp_path / "split" / "zeros" / "version_1" / "metrics.csv").open() as f:  # continued, not restarted
-        assert min(int(row["step"]) for row in csv.DictReader(f)) > 20
+    (run,) = (tmp_path / "split" / "zeros").glob("version_*")  # continued in its own run directory
+    with (run / "metrics.csv").open() as f:  # continued, not restarted: no record twice
+        recorded = [int(row["step"]) for row in csv.DictReader(f) if row.get("thermalization/test_mse/chain_0")]
+    assert len(recorded) == len(set(recorded)) and min(recorded) < 20 < max(recorded)
     refused = subprocess.run([sys.executable, str(RECIPES / "run_exp_a.py"), "--inits", "zeros", "--steps", "60",
                               "--resume", "--seed", "1", "--root", split], cwd=ROOT, capture_output=True, text=True)
     assert refused.returncode != 0 and "was run with other settings" in refused.stderr

@@ -46,7 +46,7 @@ def test_reliability_diagram_has_a_bar_per_bin_and_the_torchmetrics_ece_in_its_t
 def test_trace_plot_has_an_axes_per_trace_and_a_line_per_chain():
     fig = trace_plot({"energy": torch.randn(3, 50), "projection_0": torch.randn(3, 50).numpy()})
     assert [len(ax.lines) for ax in fig.axes] == [3, 3]
-    assert [ax.get_ylabel() for ax in fig.axes] == ["energy", "projection_0"]
+    assert "energy" in fig.axes[0].get_ylabel() and fig.axes[1].get_title().startswith("Random projection 0 ")
 
 
 def test_acceptance_plot_has_a_bar_per_layer():
@@ -60,7 +60,7 @@ def test_uncertain_points_plot_shows_the_highest_entropy_points_first():
     fig = uncertain_points_plot(probs, target, k=16)
     assert len(fig.axes) == 16
     assert all(len(ax.patches) == 3 for ax in fig.axes)
-    assert fig.axes[0].get_title().startswith("#7 ")
+    assert fig.axes[0].get_title().startswith("point 7: ")
     assert len(uncertain_points_plot(probs[:5], target[:5], k=16).axes) == 5
 
 

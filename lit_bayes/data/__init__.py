@@ -3,6 +3,7 @@ from .arrays import ArrayDataModule
 from .base import BayesDataModule, EpochBatchSampler
 from .crescent import CrescentData
 from .images import TorchvisionImages
+from .ood import FarAwayPoints
 from .stand_ins import ClassPrototypes, CorrelatedLinearRegression, RandomFeatureRegression
 from .synthetic import LinearRegression, NoisyXOR, SyntheticRegression, TwoMoons
 from .tabular import TabularCSV
@@ -16,6 +17,7 @@ __all__ = [
     "CorrelatedLinearRegression",
     "CrescentData",
     "EpochBatchSampler",
+    "FarAwayPoints",
     "LinearRegression",
     "NoisyXOR",
     "RandomFeatureRegression",

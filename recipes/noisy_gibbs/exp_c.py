@@ -101,7 +101,7 @@ def main() -> None:
     summary = run_summary(cli)
     accuracy = draw_accuracies(cli, args.test_images)
     ran = summary["steps"] - start  # this process's sweeps: their time (with the test's) gives the time axis
-    seconds_per_sweep = summary["wall_time_s"] / ran if ran > 0 else None
+    seconds_per_sweep = summary["wall_time_segment_s"] / ran if ran > 0 else None
     sweeps = [1 + i * args.thinning for i in range(len(accuracy))]  # SamplerModule.is_sample_step, burn-in 0
     quarter = len(accuracy) // 4
     third, last = (sum(part) / len(part) for part in (accuracy[2 * quarter:3 * quarter], accuracy[-quarter:]))

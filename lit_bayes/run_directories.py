@@ -1,0 +1,93 @@
+"""Where a ``lit-bayes`` command writes: a new ``<root>/version_<n>`` directory, or, for a fit that resumes a
+run of the same root, that run's own directory; and removing the directory of a start that failed.
+
+A resumed fit continues the run's ``metrics.csv`` (the rows up to the checkpoint's step are kept: the
+steps after it run again), and its ``summary.json``, plots and checkpoints replace the earlier ones.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities import rank_zero_only
+
+from lit_bayes.run_loading import run_directory
+
+__all__ = ["START_FILES", "check_checkpoint_path", "continue_metrics", "remove_failed_start", "resumed_run_directory"]
+
+# what a command writes into its directory before its first step: a failed start leaves only these
+START_FILES = frozenset({"config.yaml", "hparams.yaml"})
+# ckpt_path values that Lightning resolves itself rather than as a file path
+SPECIAL_CHECKPOINTS = frozenset({"last", "best", "hpc", "registry"})
+
+
+def check_checkpoint_path(ckpt_path: str | os.PathLike | None) -> None:
+    """Raise a ``ValueError`` naming ``--ckpt_path`` when it is a local path with no file there (before the
+    command makes its log directory). Lightning's special values and remote URLs are left to Lightning."""
+    if ckpt_path is None:
+        return
+    text = str(ckpt_path)
+    if text in SPECIAL_CHECKPOINTS or text.startswith("registry:") or "://" in text:
+        return
+    if not Path(text).is_file():
+        raise ValueError(f"--ckpt_path: no checkpoint file at {text!r}")
+
+
+def resumed_run_directory(ckpt_path: str | os.PathLike | None, root: str | os.PathLike) -> Path | None:
+    """The run directory ``<root>/<version>`` that ``ckpt_path`` (``<run_dir>/checkpoints/<name>.ckpt``)
+    belongs to, or ``None`` (no checkpoint, or one of a run under another root or of no run directory)."""
+    if ckpt_path is None or not Path(ckpt_path).is_file():
+        return None
+    path = Path(ckpt_path).resolve()
+    if path.parent.name != "checkpoints":
+        return None
+    directory = run_directory(path)
+    return directory if directory.parent == Path(root).resolve() else None
+
+
+def _step(row: dict[str, str]) -> float:
+    try:
+        return float(row.get("step") or "nan")
+    except ValueError:
+        return float("nan")
+
+
+@rank_zero_only
+def continue_metrics(logger: CSVLogger, ckpt_path: str | os.PathLike) -> None:
+    """Open ``logger``'s writer on the resumed run's directory, keeping the rows of its ``metrics.csv``
+    up to the checkpoint's step (Lightning's writer deletes an existing file when it opens a directory
+    that is not empty; new rows are appended under the same header)."""
+    path = Path(logger.log_dir) / "metrics.csv"
+    header, rows = [], []
+    if path.is_file():
+        last_step = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True).get("global_step", 0)
+        with path.open(newline="") as file:
+            reader = csv.DictReader(file)
+            header = list(reader.fieldnames or [])
+            rows = [row for row in reader if _step(row) <= last_step]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"Experiment logs directory .* exists and is not empty")
+        writer = logger.experiment
+    if header:
+        with path.open("w", newline="") as file:
+            out = csv.DictWriter(file, fieldnames=header)
+            out.writeheader()
+            out.writerows(rows)
+        writer.metrics_keys = header
+
+
+def remove_failed_start(directory: Path) -> bool:
+    """Remove ``directory`` (made by this command) when it holds nothing but what a command writes before
+    its first step (:data:`START_FILES`, W&B's folder, empty folders); returns whether it did."""
+    if not directory.is_dir():
+        return False
+    written = [p.relative_to(directory) for p in directory.rglob("*") if p.is_file()]
+    if any(p.parts[0] != "wandb" and not (len(p.parts) == 1 and p.name in START_FILES) for p in written):
+        return False
+    shutil.rmtree(directory)
+    return True
