@@ -26,7 +26,7 @@ import statistics
 import time
 
 import torch
-from plain_forward import plain_forward
+from plain_forward import median_seconds, plain_forward
 
 from lit_bayes import Categorical, GaussianPrior
 from lit_bayes.models import MLP
@@ -46,15 +46,9 @@ def data() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def forward_seconds(x: torch.Tensor, y: torch.Tensor, repeats: int) -> float:
-    """Median time of one plain full forward pass + summed cross-entropy, one network."""
+    """Median time of one plain full forward pass + summed cross-entropy, one network (3 warm-up calls)."""
     call = plain_forward(WIDTHS, "sigmoid", "cross_entropy", x, y)
-    times = []
-    for i in range(repeats + 3):
-        start = time.perf_counter()
-        call()
-        if i >= 3:  # warm-up calls not counted
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds({"forward": call}, repeats, warmup=3)["forward"]
 
 
 def seconds_per_sweep(split: str, num_chains: int, path: str, sweeps: int, forward_repeats: int,

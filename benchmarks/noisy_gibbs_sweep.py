@@ -28,12 +28,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
-import time
 
 import numpy as np
 import torch
-from plain_forward import plain_forward
+from plain_forward import median_seconds, plain_forward
 
 from lit_bayes.models.noisy_mlp import NoisyMLP
 from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
@@ -54,21 +52,6 @@ def problem(widths: list[int], delta: float, output: str, n: int, seed: int = 0)
     _, top = model.generate(teacher, x, gen)
     y = top[0, :, 0] if output == "regression" else top[0].argmax(-1)
     return model, x, y
-
-
-def median_seconds(calls: dict, repeats: int, warmup: int = 2) -> dict[str, float]:
-    """Median wall time of each call, timed in turn within every repeat (so that a change of the machine's
-    load hits them all alike)."""
-    for call in calls.values():
-        for _ in range(warmup):
-            call()
-    times = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 @torch.no_grad()

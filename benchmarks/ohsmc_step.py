@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from plain_forward import plain_forward
+from plain_forward import median_seconds, plain_forward
 
 from lit_bayes import OHSMC, Bernoulli
 from lit_bayes.data import TwoMoons
@@ -82,18 +82,6 @@ def time_steps(sampler, optimizer, x, y, repeats: int, warmup: int, device: str)
     return statistics.median(times)
 
 
-def forward_seconds(call, repeats: int = 200) -> float:
-    """Median time of ``repeats`` plain forward calls after 10 warm-up calls."""
-    for _ in range(10):
-        call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -110,9 +98,10 @@ def main(argv=None) -> None:
             fast, fast_opt = build(num, dtype, args.device, True)
             row = {"particles": num, "dtype": str(dtype).split(".")[-1]}
             forward = plain_forward([2, 100, 20, 5, 1], "gelu", "bernoulli", x, y.to(dtype))
-            before = forward_seconds(forward)
+            before = median_seconds({"forward": forward}, 200, warmup=10)["forward"]
             row["batched_ms"] = 1e3 * time_steps(fast, fast_opt, x, y, args.repeats, args.warmup, args.device)
-            row["fwd_ms"] = 1e3 * (before + forward_seconds(forward)) / 2
+            after = median_seconds({"forward": forward}, 200, warmup=10)["forward"]
+            row["fwd_ms"] = 1e3 * (before + after) / 2
             row["batched_fwd_equiv"] = row["batched_ms"] / row["fwd_ms"]
             if num <= args.loop_max:
                 slow, slow_opt = build(num, dtype, args.device, False)

@@ -10,6 +10,8 @@ on a loaded machine: compare figures taken in one run only.
 from __future__ import annotations
 
 import math
+import statistics
+import time
 from collections.abc import Callable
 
 import torch
@@ -46,3 +48,18 @@ def plain_forward(widths: list[int], activation: str, loss: str, x: torch.Tensor
         return criterion(h, y)
 
     return call
+
+
+def median_seconds(calls: dict[str, Callable[[], object]], repeats: int, warmup: int = 2) -> dict[str, float]:
+    """Median wall time of each call after ``warmup`` untimed calls, the calls timed in turn within every
+    repeat (so that a change of the machine's load hits them all alike)."""
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
