@@ -9,6 +9,9 @@ import torch
 from scipy import special, stats
 
 from lit_bayes.steppers.truncated_gaussian import (
+    SAFE_A,
+    SAFE_SHARED,
+    exact_negative_choice,
     log_ndtr_bounds,
     log_normal_cdf,
     negative_piece_chosen,
@@ -195,8 +198,9 @@ def test_log_ndtr_bounds_bracket_the_exact_value():
 
 @pytest.mark.parametrize("activation", ["relu", "sign", "abs", "linear"])
 def test_piece_choice_equals_the_exact_log_odds_comparison(activation):
-    """The bracketed choice (log_ndtr only where the bounds leave it open) is the exact comparison
-    logit(u) < log M_- - log M_+ for every (omega, x, u), from deep tails to the kink at 0."""
+    """The piece choice, with its bracket (the exact product form only where the bounds leave it open) and
+    without it (the product form everywhere, the log form where that would leave float64's range), is the
+    exact comparison logit(u) < log M_- - log M_+ for every (omega, x, u), from deep tails to the kink at 0."""
     gen = generator(7)
     values = torch.cat([torch.linspace(-2, 2, 81, dtype=torch.float64), torch.tensor([-1e3, -50.0, 50.0, 1e3])])
     omega, post = (t.reshape(-1) for t in torch.meshgrid(values, values, indexing="ij"))
@@ -206,7 +210,28 @@ def test_piece_choice_equals_the_exact_log_odds_comparison(activation):
             u = torch.rand(omega.shape, generator=gen, dtype=torch.float64)
             logit_u = torch.log(u / (1.0 - u))
             exact = exact_log_odds(negative, positive)
-            assert torch.equal(negative_piece_chosen(negative, positive, logit_u), logit_u < exact)
+            for bracket in (True, False):
+                assert torch.equal(negative_piece_chosen(negative, positive, u, bracket), logit_u < exact)
+
+
+def test_product_form_choice_equals_the_log_form_across_its_safe_range():
+    """exact_negative_choice switches between its product form and the log form at |shared| = SAFE_SHARED and
+    a = SAFE_A: on both sides of both limits it equals logit(u) < shared + log Phi(a_-) - log Phi(a_+) (scipy),
+    with u drawn near the threshold so that the comparison is close."""
+    gen = generator(11)
+    shared = torch.linspace(-SAFE_SHARED - 40, SAFE_SHARED + 40, 161, dtype=torch.float64)
+    a = torch.cat([torch.linspace(SAFE_A - 10, SAFE_A + 10, 41, dtype=torch.float64),
+                   torch.linspace(-5, 8, 27, dtype=torch.float64)])
+    s, a_neg, a_pos = (t.reshape(-1) for t in torch.meshgrid(shared, a, a.flip(0), indexing="ij"))
+    log_odds = s + torch.from_numpy(special.log_ndtr(a_neg.numpy()) - special.log_ndtr(a_pos.numpy()))
+    logit_u = log_odds + torch.randn(log_odds.shape, generator=gen, dtype=torch.float64)  # near the threshold
+    u = torch.sigmoid(logit_u)
+    inside = (u > 0) & (u < 1)  # where logit(u) is representable through u (u rounds to 1 above ~37 nats)
+    chosen, phi_neg, phi_pos = exact_negative_choice(s, a_neg, a_pos, u)
+    assert torch.equal(chosen[inside], (torch.log(u / (1 - u)) < log_odds)[inside])
+    assert inside.float().mean() > 0.4
+    torch.testing.assert_close(phi_neg, torch.from_numpy(2 * special.ndtr(a_neg.numpy())), rtol=1e-13, atol=0)
+    torch.testing.assert_close(phi_pos, torch.from_numpy(2 * special.ndtr(a_pos.numpy())), rtol=1e-13, atol=0)
 
 
 def test_log_normal_cdf_equals_scipy_from_deep_tail_to_one():

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.special import log_ndtr, ndtri
 
-__all__ = ["CHUNK", "DEEP", "PLAIN", "TAIL", "log_ndtr_bounds", "log_normal_cdf", "negative_piece_chosen",
+__all__ = ["CHUNK", "DEEP", "PLAIN", "SAFE_A", "SAFE_SHARED", "TAIL", "exact_negative_choice", "log_ndtr_bounds", "log_normal_cdf", "negative_piece_chosen",
            "pre_activation_pieces", "probit_scores", "row_chunks", "sample_pre_activations", "truncated_normal",
            "two_piece_mixture"]
 
@@ -32,6 +32,8 @@ CHUNK = 1 << 15  # elements per chunk of the elementwise pipelines: their tempor
 _ONE_BELOW = 1.0 - 2.0**-53  # largest float64 below 1
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _SLACK = 1e-9  # relative margin on the log Phi bounds, far above float64 rounding
+SAFE_SHARED = 300.0  # |log-odds constant| up to which the product-form piece choice stays in float64's normal range
+SAFE_A = -25.0  # and the Phi arguments down to which it does (Phi(-25) ~ 3e-138)
 
 
 def _uniform(shape: torch.Size, generator: torch.Generator, device) -> Tensor:
@@ -40,7 +42,7 @@ def _uniform(shape: torch.Size, generator: torch.Generator, device) -> Tensor:
 
 
 def standard_normal_above(alpha: Tensor, generator: torch.Generator,
-                          normal_dtype: torch.dtype = torch.float64) -> Tensor:
+                          normal_dtype: torch.dtype = torch.float64, mass: Tensor | None = None) -> Tensor:
     """X ~ N(0, 1) conditioned on X >= alpha, elementwise (float64 ``alpha``), by three exact methods.
 
     Below ``PLAIN``: rejection from the untruncated normal (acceptance above 84 %), the rejected
@@ -49,26 +51,30 @@ def standard_normal_above(alpha: Tensor, generator: torch.Generator,
     (Phi(-alpha) through erfc, which keeps its relative accuracy in the tail where torch's ndtr does
     not). At or above ``TAIL``: Marsaglia's tail method, X = sqrt(alpha^2 - 2 log U1) accepted when
     U2 X <= alpha (acceptance > 98%). ``normal_dtype`` is the dtype of the untruncated candidates:
-    the sampler's state dtype, whose own Gaussian draws have the same resolution.
+    the sampler's state dtype, whose own Gaussian draws have the same resolution. Which method
+    draws an element depends on the alphas only, so every element keeps its exact law; when under half
+    of the elements are below ``PLAIN`` all of them take the inverse CDF (no wasted candidates).
+    ``mass``: Phi(-alpha) where the caller has it already (shape of ``alpha``; only read below ``TAIL``).
     """
     plain = alpha < PLAIN
-    if not bool(plain.any()):
-        return _inverse_cdf_or_tail(alpha, generator)
+    if 2 * int(plain.sum()) < plain.numel():  # mostly near or inside the cut: the inverse CDF for all
+        return _inverse_cdf_or_tail(alpha, generator, mass)
     result = torch.randn(alpha.shape, generator=generator, device=alpha.device, dtype=normal_dtype).double()
     rest = ~(plain & (result >= alpha))
     count = int(rest.sum())
     if 2 * count > rest.numel():  # mostly redrawn: all elements at once, no gather
-        return torch.where(rest, _inverse_cdf_or_tail(alpha, generator), result)
+        return torch.where(rest, _inverse_cdf_or_tail(alpha, generator, mass), result)
     if count:
         where = rest.nonzero(as_tuple=True)
-        result[where] = _inverse_cdf_or_tail(alpha[where], generator)
+        result[where] = _inverse_cdf_or_tail(alpha[where], generator, None if mass is None else mass[where])
     return result
 
 
-def _inverse_cdf_or_tail(alpha: Tensor, generator: torch.Generator) -> Tensor:
+def _inverse_cdf_or_tail(alpha: Tensor, generator: torch.Generator, mass: Tensor | None) -> Tensor:
     """The inverse-CDF and tail methods of :func:`standard_normal_above`."""
     u = _uniform(alpha.shape, generator, alpha.device)
-    mass = 0.5 * torch.special.erfc(alpha.clamp(max=TAIL) * math.sqrt(0.5))
+    if mass is None:
+        mass = 0.5 * torch.special.erfc(alpha.clamp(max=TAIL) * math.sqrt(0.5))
     inverse = -ndtri((u * mass).clamp(max=_ONE_BELOW))
     if not bool((alpha >= TAIL).any()):
         return torch.maximum(inverse, alpha)
@@ -127,19 +133,55 @@ def log_normal_cdf(a: Tensor) -> Tensor:
     return result
 
 
-def negative_piece_chosen(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
-                          logit_u: Tensor) -> Tensor:
-    """Whether logit(u) < log M_- - log M_+ (i.e. u < p_-), the piece masses of :func:`two_piece_mixture`.
+def exact_negative_choice(shared: Tensor, a_neg: Tensor, a_pos: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Whether u < p_- = sigmoid(shared + log Phi(a_neg) - log Phi(a_pos)), to float64 accuracy, and the
+    2 Phi(a_neg), 2 Phi(a_pos) it computed (the truncated draws reuse them).
 
-    The log-odds are first bracketed with :func:`log_ndtr_bounds`; the exact :func:`log_normal_cdf`
-    is evaluated only where logit(u) falls inside the bracket (or everywhere when that is over a quarter
-    of the elements, as at large noise), so the answer is that of the exact comparison wherever it is
-    decided to float64 accuracy (the bracket carries a relative slack). Piece tensors broadcast against
-    ``logit_u`` (constant variances may be 0-dim).
+    In product form, u Phi(a_pos) < (1 - u) e^shared Phi(a_neg), with Phi(a) = erfc(-a / sqrt 2) / 2:
+    two erfc and one exp, no logarithm. Every factor stays in float64's normal range while
+    |shared| <= ``SAFE_SHARED`` and both a >= ``SAFE_A``; elsewhere the log form
+    logit(u) < shared + log Phi(a_neg) - log Phi(a_pos) with :func:`log_normal_cdf`. Arguments broadcast.
+    """
+    shape = torch.broadcast_shapes(shared.shape, a_neg.shape, a_pos.shape, u.shape)
+    shared, a_neg, a_pos, u = (t.expand(shape) for t in (shared, a_neg, a_pos, u))
+    phi_neg = torch.special.erfc(a_neg * -math.sqrt(0.5))
+    phi_pos = torch.special.erfc(a_pos * -math.sqrt(0.5))
+    chosen = (u * phi_pos) < torch.exp(shared.clamp(-SAFE_SHARED, SAFE_SHARED)).mul_(phi_neg).mul_(1.0 - u)
+    unsafe = (shared.abs() > SAFE_SHARED) | (torch.minimum(a_neg, a_pos) < SAFE_A)
+    if bool(unsafe.any()):
+        where = unsafe.nonzero(as_tuple=True)
+        v = u[where]
+        chosen[where] = torch.log(v / (1.0 - v)) < (shared[where] + log_normal_cdf(a_neg[where])
+                                                     - log_normal_cdf(a_pos[where]))
+    return chosen, phi_neg, phi_pos
+
+
+def negative_piece_chosen(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
+                          u: Tensor, bracket: bool = True) -> Tensor:
+    """Whether u < p_- = M_- / (M_- + M_+), the piece masses of :func:`two_piece_mixture` (see
+    :func:`_choose_pieces`)."""
+    return _choose_pieces(negative, positive, u, bracket)[0]
+
+
+def _choose_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
+                   u: Tensor, bracket: bool) -> tuple[Tensor, float, tuple[Tensor, Tensor] | None]:
+    """Whether u < p_- elementwise, the fraction of elements the bracket left open (1 without it), and
+    (2 Phi(a_-), 2 Phi(a_+)) for every element when the exact comparison ran on all of them (else None).
+
+    With ``bracket``, the log-odds are first bracketed with :func:`log_ndtr_bounds` and compared with
+    logit(u); :func:`exact_negative_choice` runs only where logit(u) falls inside the bracket (or
+    everywhere when that is over a quarter of the elements, as at large noise), so the answer is that of
+    the exact comparison wherever it is decided to float64 accuracy (the bracket carries a relative
+    slack). Without it, the exact comparison everywhere. Piece tensors broadcast against ``u``
+    (constant variances may be 0-dim).
     """
     (m_neg, v_neg, k_neg), (m_pos, v_pos, k_pos) = negative, positive
     a_neg, a_pos = m_neg * -v_neg.rsqrt(), m_pos * v_pos.rsqrt()
     shared = (k_neg - k_pos).add_(0.5 * (torch.log(v_neg) - torch.log(v_pos)))
+    if not bracket:
+        chosen, phi_neg, phi_pos = exact_negative_choice(shared, a_neg, a_pos, u)
+        return chosen, 1.0, (phi_neg, phi_pos)
+    logit_u = torch.log(u / (1.0 - u))
     (neg_lo, neg_hi), (pos_lo, pos_hi) = log_ndtr_bounds(a_neg), log_ndtr_bounds(a_pos)
     lower, upper = (shared + neg_lo).sub_(pos_hi), (shared + neg_hi).sub_(pos_lo)
     lower.sub_(lower.abs().mul_(_SLACK).add_(_SLACK))
@@ -147,15 +189,14 @@ def negative_piece_chosen(negative: tuple[Tensor, Tensor, Tensor], positive: tup
     undecided = (logit_u >= lower) & (logit_u < upper)
     count = int(undecided.sum())
     if 4 * count > undecided.numel():  # mostly open (large noise): exact everywhere, no gather
-        return logit_u < shared + log_normal_cdf(a_neg) - log_normal_cdf(a_pos)
+        chosen, phi_neg, phi_pos = exact_negative_choice(shared, a_neg, a_pos, u)
+        return chosen, count / undecided.numel(), (phi_neg, phi_pos)
     chosen = logit_u < lower
     if count:
         open_ = undecided.nonzero(as_tuple=True)
         shape = undecided.shape
-        exact = (shared.expand(shape)[open_] + log_normal_cdf(a_neg.expand(shape)[open_])
-                 - log_normal_cdf(a_pos.expand(shape)[open_]))
-        chosen[open_] = logit_u[open_] < exact
-    return chosen
+        chosen[open_] = exact_negative_choice(*(t.expand(shape)[open_] for t in (shared, a_neg, a_pos, u)))[0]
+    return chosen, count / undecided.numel(), None
 
 
 def two_piece_mixture(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
@@ -163,33 +204,43 @@ def two_piece_mixture(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[T
     """Draw from p(z) ∝ exp(k_- - (z - m_-)^2 / 2v_-) on z <= 0 plus exp(k_+ - (z - m_+)^2 / 2v_+) on z > 0.
 
     Each piece is ``(m, v, k)``; the six tensors broadcast together (constant variances may be 0-dim).
-    Piece masses are compared in log space (spec §8 item 1),
-    log M = k + log(v) / 2 + log Phi(+-m / sqrt v): the negative piece is taken when
-    logit(u) < log M_- - log M_+ for u ~ U(0, 1), i.e. with probability p_- = sigmoid(log M_- - log M_+),
-    which never over- or underflows (:func:`negative_piece_chosen`). Returns float64;
-    ``normal_dtype``: see :func:`standard_normal_above`.
+    Piece masses are M = exp(k) sqrt(v) Phi(+-m / sqrt v) (spec §8 item 1): the negative piece is taken
+    when u < p_- = M_- / (M_- + M_+) for u ~ U(0, 1), compared without over- or underflow
+    (:func:`negative_piece_chosen`). Returns float64; ``normal_dtype``: see :func:`standard_normal_above`.
     """
+    return _draw_two_pieces(negative, positive, generator, normal_dtype, True)[0]
+
+
+def _draw_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
+                     generator: torch.Generator, normal_dtype: torch.dtype, bracket: bool) -> tuple[Tensor, float]:
+    """:func:`two_piece_mixture`, with or without the piece-choice bracket, and the fraction it left open."""
     negative, positive = (tuple(torch.as_tensor(t, dtype=torch.float64) for t in piece) for piece in (negative, positive))
     shape = torch.broadcast_shapes(*(t.shape for t in (*negative, *positive)))
     u = torch.rand(shape, generator=generator, device=negative[0].device, dtype=torch.float64)
-    go_negative = negative_piece_chosen(negative, positive, torch.log(u / (1.0 - u)))
+    go_negative, open_fraction, phis = _choose_pieces(negative, positive, u, bracket)
     mean = torch.where(go_negative, negative[0], positive[0])
     std = torch.where(go_negative, negative[1].sqrt(), positive[1].sqrt())
     sign = torch.where(go_negative, -1.0, 1.0).to(torch.float64)  # the side of 0 the draw lies on
     alpha = (mean * sign).div_(std).neg_()
-    return (sign * std).mul_(standard_normal_above(alpha, generator, normal_dtype)).add_(mean)
+    mass = None if phis is None else torch.where(go_negative, *phis).mul_(0.5)  # Phi(-alpha) = Phi(a) of the piece
+    draws = standard_normal_above(alpha, generator, normal_dtype, mass)
+    return (sign * std).mul_(draws).add_(mean), open_fraction
 
 
 def sample_pre_activations(activation: str, omega: Tensor, post: Tensor, delta_z: float, delta_x: float,
                            generator: torch.Generator, out: Tensor) -> Tensor:
     """Draw every pre-activation z ~ P(z | omega, x) (eq. 10) into ``out`` (contiguous, the shape of
     ``omega``), ``CHUNK`` elements at a time so that the float64 temporaries stay in cache; the
-    untruncated candidates are drawn in ``out``'s dtype (:func:`standard_normal_above`)."""
+    untruncated candidates are drawn in ``out``'s dtype (:func:`standard_normal_above`). The first chunk
+    uses the piece-choice bracket; later chunks skip it once a chunk found it mostly open (large noise,
+    where its bounds cost more than they save)."""
     omega, post, flat = omega.reshape(-1), post.expand_as(omega).reshape(-1), out.view(-1)
+    bracket = True
     for start in range(0, flat.numel(), CHUNK):
         part = slice(start, start + CHUNK)
         pieces = pre_activation_pieces(activation, omega[part], post[part], delta_z, delta_x)
-        flat[part] = two_piece_mixture(*pieces, generator, normal_dtype=out.dtype)
+        flat[part], open_fraction = _draw_two_pieces(*pieces, generator, out.dtype, bracket)
+        bracket = open_fraction <= 0.25  # the chunks of a layer are alike: keep the bracket while it decides
     return out
 
 
