@@ -29,18 +29,21 @@ class RunSummary(Callback):
     (or of test, without a fit) to the write; ``wall_time_s`` adds the wall time of the segments a
     resumed fit continues, which checkpoints carry (this callback's state: the run's wall time when the
     checkpoint was written, so an earlier segment counts up to its last checkpoint, without the test that
-    followed it). Without a resume the two are equal.
+    followed it). Without a resume the two are equal, also when the test restores the best checkpoint
+    (a test's restore does not resume the fit's clock).
     """
 
     def __init__(self, directory: str | None = None) -> None:
         self.directory = directory
         self._start = None
         self._earlier = 0.0  # wall time of the segments before this one (from the checkpoint resumed)
+        self._stage: str | None = None
         self.path: Path | None = None
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         # on every process: trainer.log_dir is a collective call under DDP
         self.path = Path(self.directory or trainer.log_dir or trainer.default_root_dir) / "summary.json"
+        self._stage = stage  # Lightning restores a checkpoint's callback states after setup
         if stage == "fit":
             self._earlier = 0.0  # a checkpoint restored after setup sets it (load_state_dict)
 
@@ -51,7 +54,8 @@ class RunSummary(Callback):
         return {"wall_time_s": self._earlier + self._segment()}
 
     def load_state_dict(self, state_dict: dict[str, float]) -> None:
-        self._earlier = float(state_dict["wall_time_s"])
+        if self._stage == "fit":  # a resumed fit; a test of the best checkpoint keeps this run's clock
+            self._earlier = float(state_dict["wall_time_s"])
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._start = time.perf_counter()

@@ -136,6 +136,17 @@ def test_a_fit_without_resume_reports_its_wall_time_once(tmp_path):
     assert summary["wall_time_s"] == summary["wall_time_segment_s"] > 0
 
 
+def test_a_test_of_the_best_checkpoint_does_not_add_its_wall_time(tmp_path):
+    """Testing the best checkpoint restores the callbacks' states, RunSummary's included: the fit's clock
+    must not restart from that checkpoint's wall time (it did: wall_time_s was the checkpoint's time plus
+    the whole segment)."""
+    main(["fit", "-c", str(RECIPE), "--trainer.default_root_dir", str(tmp_path), *TINY, "--trainer.max_epochs", "3",
+          "--trainer.check_val_every_n_epoch", "1", "--test_ckpt", "best", "--checkpoint.monitor", "val/nlpd",
+          "--checkpoint.mode", "min", "--checkpoint.save_top_k", "1"])
+    summary = json.loads((tmp_path / "version_0" / "summary.json").read_text())
+    assert summary["wall_time_s"] == summary["wall_time_segment_s"] > 0
+
+
 def test_a_missing_ckpt_path_fails_before_any_directory_is_made(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["fit", "-c", str(RECIPE), "--trainer.default_root_dir", str(tmp_path / "runs"), *TINY,
