@@ -1,6 +1,8 @@
 """recipes/structured: the mixing summary (pooled and per-chain ESS, lit_bayes.mixing), the Fig. 3
 MNIST script end to end on MNIST idx files of random pixels, every YAML of the folder at a tiny
 size, and the library pieces the recipes use (CoordinateMixing, the stand-in data sets, fit_cell)."""
+import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -131,3 +133,64 @@ def test_settings_overrides():
     assert settings_overrides({"model.init_args.group_ids": [0, 1], "data.init_args.download": False,
                                "--trainer.max_epochs": 3}) == [
         "--model.init_args.group_ids", "[0, 1]", "--data.init_args.download", "false", "--trainer.max_epochs", "3"]
+
+
+def load_recipe(name):
+    """A recipe script of recipes/structured as a module (the folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, STRUCTURED / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mixing_study_counts_gradient_evaluations_per_cell(tmp_path):
+    """The S_d mixing study end to end at a tiny synthetic size (2 chains, 4 training images a step,
+    2 epochs): gradient evaluations of the kept window, ESS per 1,000 of them, the JSON, and finished
+    cells read back."""
+    study = load_recipe("mixing_study")
+    args = ["--data", "synthetic", "--epochs", "2", "--max-epochs", "2", "--chains", "2", "--num-val", "8",
+            "--groups", "all", "--keep-probs", "0.5", "--num-masks", "3", "--buffer-size", "4", "--out", str(tmp_path),
+            "--data.init_args.num_train", "16", "--data.init_args.num_test", "8", "--data.init_args.batch_size", "4",
+            "--diagnostics.heldout_size", "8", "--samples.max_draws", "4"]
+    results = study.main(args)
+    assert sorted(results) == ["S_d-pSGLD M=42310 rho=0.5", "pSGLD"]
+    base, dropout = results["pSGLD"], results["S_d-pSGLD M=42310 rho=0.5"]
+    for run in results.values():
+        assert run["steps"] == 8 and run["kept_steps"] == 4  # 16 images in batches of 4, 2 epochs, half kept
+        assert run["ess_heldout_per_1000"] == pytest.approx(1000 * run["ess_heldout"] / run["grad_evals_kept"])
+        assert [a["epochs"] for a in run["attempts"]] == [2]
+    assert base["grad_evals_kept"] == 4 and dropout["grad_evals_kept"] == 3 * 4  # K = 3 composites a step
+    assert dropout["ess_heldout_per_1000_vs_pSGLD"] == pytest.approx(
+        dropout["ess_heldout_per_1000"] / base["ess_heldout_per_1000"])
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["results"]["pSGLD"]["ess_heldout"] == base["ess_heldout"]
+    written = (tmp_path / "pSGLD" / "e2" / "summary.json").stat().st_mtime_ns
+    assert study.main(args) == results  # finished cells are read back, not run again
+    assert (tmp_path / "pSGLD" / "e2" / "summary.json").stat().st_mtime_ns == written
+
+
+def test_mixing_study_lengthens_a_cell_until_its_verdict_is_ok(tmp_path, monkeypatch):
+    """A cell is run again twice as long while its verdict is not ok, within --max-epochs; a run too
+    short to diagnose (no function-space ESS) is reported without one."""
+    study = load_recipe("mixing_study")
+    runs = []
+
+    def fake_fit_cell(config, directory, overrides, rerun):
+        epochs = int(overrides[overrides.index("--trainer.max_epochs") + 1])
+        runs.append(Path(directory).name)
+        diag = {} if epochs == 1 else {"diag/ess_bulk/heldout_lpd": 10.0 * epochs, "diag/ess_bulk/point_lpd_0": 5.0,
+                                       "diag/ess_bulk/point_lpd_1": 3.0, "diag/fs_rhat_max": 1.0 + 0.1 / epochs}
+        return {"steps": 10 * epochs, "wall_time_s": 1.0, "metrics": {**diag, "test/accuracy": 0.9, "test/nlpd": 0.3},
+                "health": {"verdict": "ok" if epochs >= 4 else "warning", "reasons": []}}
+
+    monkeypatch.setattr(study, "fit_cell", fake_fit_cell)
+    args = argparse.Namespace(epochs=1, max_epochs=16, burn_in=0.5, rerun=False)
+    attempts = study.run_cell(tmp_path, [], 3, args)
+    assert runs == ["e1", "e2", "e4"] and [a["verdict"] for a in attempts] == ["warning", "warning", "ok"]
+    assert attempts[0]["ess_heldout"] is None and attempts[0]["ess_heldout_per_1000"] is None
+    last = attempts[-1]
+    assert last["kept_steps"] == 20 and last["grad_evals_kept"] == 60 and last["ess_point_min"] == 3.0
+    assert last["ess_heldout_per_1000"] == pytest.approx(1000 * 40.0 / 60)
+    runs.clear()
+    args.max_epochs = 2
+    assert [a["epochs"] for a in study.run_cell(tmp_path, [], 3, args)] == [1, 2] and runs == ["e1", "e2"]
