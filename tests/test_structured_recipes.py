@@ -135,19 +135,21 @@ def test_settings_overrides():
         "--model.init_args.group_ids", "[0, 1]", "--data.init_args.download", "false", "--trainer.max_epochs", "3"]
 
 
-def load_recipe(name):
-    """A recipe script of recipes/structured as a module (the folder is not a package)."""
+def load_recipe(name, monkeypatch):
+    """A recipe script of recipes/structured as a module (the folder is not a package; its scripts import
+    each other as when run, with the folder on the path)."""
+    monkeypatch.syspath_prepend(str(STRUCTURED))
     spec = importlib.util.spec_from_file_location(name, STRUCTURED / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_mixing_study_counts_gradient_evaluations_per_cell(tmp_path):
+def test_mixing_study_counts_gradient_evaluations_per_cell(tmp_path, monkeypatch):
     """The S_d mixing study end to end at a tiny synthetic size (2 chains, 4 training images a step,
     2 epochs): gradient evaluations of the kept window, ESS per 1,000 of them, the JSON, and finished
     cells read back."""
-    study = load_recipe("mixing_study")
+    study = load_recipe("mixing_study", monkeypatch)
     args = ["--data", "synthetic", "--epochs", "2", "--max-epochs", "2", "--chains", "2", "--num-val", "8",
             "--groups", "all", "--keep-probs", "0.5", "--num-masks", "3", "--buffer-size", "4", "--out", str(tmp_path),
             "--data.init_args.num_train", "16", "--data.init_args.num_test", "8", "--data.init_args.batch_size", "4",
@@ -172,7 +174,7 @@ def test_mixing_study_counts_gradient_evaluations_per_cell(tmp_path):
 def test_mixing_study_lengthens_a_cell_until_its_verdict_is_ok(tmp_path, monkeypatch):
     """A cell is run again twice as long while its verdict is not ok, within --max-epochs; a run too
     short to diagnose (no function-space ESS) is reported without one."""
-    study = load_recipe("mixing_study")
+    study = load_recipe("mixing_study", monkeypatch)
     runs = []
 
     def fake_fit_cell(config, directory, overrides, rerun):

@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 from torch.special import log_ndtr, ndtri
 
-__all__ = ["CHUNK", "DEEP", "PLAIN", "SAFE_A", "SAFE_SHARED", "TAIL", "exact_negative_choice", "log_ndtr_bounds", "log_normal_cdf", "negative_piece_chosen",
-           "pre_activation_pieces", "probit_scores", "row_chunks", "sample_pre_activations", "truncated_normal",
+__all__ = ["CHUNK", "DEEP", "PLAIN", "SAFE_A", "SAFE_SHARED", "TAIL", "exact_negative_choice", "log_ndtr_bounds",
+           "log_normal_cdf", "negative_piece_chosen", "pre_activation_pieces", "probit_scores", "row_chunks", "sample_pre_activations", "truncated_normal",
            "two_piece_mixture"]
 
 TAIL = 7.0  # beyond this many std inside the cut-off tail, inverse-CDF sampling loses accuracy in float64

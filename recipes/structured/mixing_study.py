@@ -45,6 +45,8 @@ import json
 from pathlib import Path
 
 import yaml
+from mnist_mlp import SYNTHETIC as FIG3_SYNTHETIC
+from mnist_mlp import dropout_cell, parse_groups
 
 from lit_bayes.models import MLP
 from lit_bayes.recipe_runs import fit_cell, settings_overrides
@@ -52,17 +54,15 @@ from lit_bayes.samplers.base import sampling_steps
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "mnist_mlp.yaml"
-STRUCTURED = "lit_bayes.samplers.structured_sgmcmc.StructuredSGMCMC"
 BASE = "pSGLD"
 CLAIM = ("S_d-pSGLD mixes faster (higher ESS) as M grows, less so as rho grows (rho = 0.5 close to pSGLD); "
          "paper: Fig. 3 (b), (c), weight-space IAC / ESS, 500 epochs, K = 300")
-SYNTHETIC = {"data.class_path": "lit_bayes.data.ClassPrototypes", "data.init_args.input_shape": [1, 28, 28],
-             "data.init_args.num_train": 2000, "data.init_args.num_test": 500}
+SYNTHETIC = {**FIG3_SYNTHETIC, "data.init_args.num_test": 500}  # the Fig. 3 script's stand-in, a smaller test set
 
 
-def parse_groups(text: str, num_params: int) -> list[int]:
-    """``"4,32,all"`` to group counts; ``all`` is one group per parameter (fully factorised)."""
-    groups = [num_params if g.strip() == "all" else int(g) for g in text.split(",") if g.strip()]
+def checked_groups(text: str, num_params: int) -> list[int]:
+    """``"4,32,all"`` to group counts (:func:`mnist_mlp.parse_groups`), each in 1..``num_params``."""
+    groups = parse_groups(text, num_params)
     if any(not 1 <= m <= num_params for m in groups):
         raise ValueError(f"--groups must lie in 1..{num_params} (or 'all'), got {text!r}")
     return groups
@@ -82,11 +82,7 @@ def grid(groups: list[int], keep_probs: list[float], num_masks: int) -> list[tup
     cells = [(BASE, 1, {})]
     for m in sorted(groups, reverse=True):
         for rho in keep_probs:
-            cells.append((f"S_d-pSGLD M={m} rho={rho:g}", num_masks, {
-                "model.class_path": STRUCTURED, "model.init_args.mode": "dropout",
-                "model.init_args.partition": "modulo", "model.init_args.num_groups": m,
-                "model.init_args.keep_prob": rho, "model.init_args.mask": "bernoulli",
-                "model.init_args.num_masks": num_masks}))
+            cells.append((f"S_d-pSGLD M={m} rho={rho:g}", num_masks, dropout_cell(m, rho, num_masks)))
     return cells
 
 
@@ -170,7 +166,7 @@ def main(argv=None):
               "model.init_args.num_chains": args.chains, "model.init_args.burn_in": args.burn_in,
               "trainer.callbacks": [], "diagnostics.heldout_size": 256, "diagnostics.num_fixed_inputs": 4}
     results = {}
-    for name, passes, cell in grid(parse_groups(args.groups, num_params), parse_keep_probs(args.keep_probs),
+    for name, passes, cell in grid(checked_groups(args.groups, num_params), parse_keep_probs(args.keep_probs),
                                    args.num_masks):
         structured = {"model.init_args.buffer_size": args.buffer_size,
                       "model.init_args.buffer_start": args.buffer_start} if cell else {}

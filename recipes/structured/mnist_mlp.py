@@ -49,6 +49,14 @@ def parse_groups(text: str, num_params: int) -> list[int]:
     return [num_params if g.strip() == "all" else int(g) for g in text.split(",") if g.strip()]
 
 
+def dropout_cell(num_groups: int, keep_prob: float, num_masks: int) -> dict:
+    """Overrides of mnist_mlp.yaml for S_d with ``num_groups`` modulo groups, Bernoulli(``keep_prob``) masks,
+    ``num_masks`` composites a step."""
+    return {"model.class_path": STRUCTURED, "model.init_args.mode": "dropout", "model.init_args.partition": "modulo",
+            "model.init_args.num_groups": num_groups, "model.init_args.keep_prob": keep_prob,
+            "model.init_args.num_masks": num_masks, "model.init_args.mask": "bernoulli"}
+
+
 def grid(args, num_params) -> list[tuple[str, dict]]:
     """(name, overrides of mnist_mlp.yaml) of every cell: the base sampler, S for each M, S_d for each (rho, M)."""
     cells = [(args.stepper, {})]
@@ -58,10 +66,7 @@ def grid(args, num_params) -> list[tuple[str, dict]]:
                                                    "model.init_args.num_groups": m}))
     for rho in [float(r) for r in args.keep_probs.split(",") if r.strip()]:
         for m in parse_groups(args.groups, num_params):
-            cells.append((f"S_d-{args.stepper} M={m} rho={rho:g}", {
-                "model.class_path": STRUCTURED, "model.init_args.mode": "dropout", "model.init_args.partition": "modulo",
-                "model.init_args.num_groups": m, "model.init_args.keep_prob": rho,
-                "model.init_args.num_masks": args.num_masks, "model.init_args.mask": "bernoulli"}))
+            cells.append((f"S_d-{args.stepper} M={m} rho={rho:g}", dropout_cell(m, rho, args.num_masks)))
     return cells
 
 
