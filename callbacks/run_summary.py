@@ -78,14 +78,15 @@ class RunSummary(Callback):
             if getattr(callback, "monitor", None) and getattr(callback, "best_model_score", None) is not None:
                 metrics[f"best/{callback.monitor}"] = _number(callback.best_model_score)  # a ModelCheckpoint's
         datamodule = getattr(trainer, "datamodule", None)
-        segment = self._segment() if self._start else None  # read once: both figures end at the same instant
+        # read once: both figures end at the same instant; None when neither fit nor test started
+        segment = None if self._start is None else round(self._segment(), 3)
         summary.update(
             sampler=type(pl_module).__name__,
             dataset=type(datamodule).__name__ if datamodule is not None else None,
             seed=getattr(pl_module, "seed", None),
             steps=int(trainer.global_step),
-            wall_time_s=round(self._earlier + segment, 3) if self._start else None,
-            wall_time_segment_s=round(segment, 3) if self._start else None,
+            wall_time_s=None if segment is None else round(self._earlier + segment, 3),
+            wall_time_segment_s=segment,
         )
         summary["metrics"].update(metrics)
         tmp = self.path.with_name("summary.json.tmp")

@@ -559,6 +559,26 @@ def test_cifar10_per_channel_standardisation_and_validation_split(tmp_path, skip
     assert torch.equal(again.val_data.tensors[0], dm.val_data.tensors[0])
 
 
+def test_num_train_keeps_a_seeded_subset_of_the_training_images_and_the_same_validation_split(tmp_path):
+    write_mnist(tmp_path, "MNIST")  # 24 training images
+    full = TorchvisionImages("mnist", root=tmp_path, standardize="none", flatten=True, num_val=4)
+    part = TorchvisionImages("mnist", root=tmp_path, standardize="none", flatten=True, num_val=4, num_train=7)
+    for dm in (full, part):
+        dm.setup()
+    assert (full.num_train, part.num_train) == (20, 7)
+    assert torch.equal(part.val_data.tensors[0], full.val_data.tensors[0])
+    full_rows = {tuple(row.tolist()) for row in full.train_data.tensors[0]}
+    part_x = part.train_data.tensors[0]
+    assert all(tuple(row.tolist()) in full_rows for row in part_x)
+    again = TorchvisionImages("mnist", root=tmp_path, standardize="none", flatten=True, num_val=4, num_train=7)
+    again.setup()
+    assert torch.equal(again.train_data.tensors[0], part_x)
+    with pytest.raises(ValueError, match="num_train=21 exceeds the 20 training images"):
+        TorchvisionImages("mnist", root=tmp_path, num_val=4, num_train=21).setup()
+    with pytest.raises(ValueError, match="num_train"):
+        TorchvisionImages("mnist", root=tmp_path, num_train=0)
+
+
 def test_svhn_labels_map_ten_to_zero(tmp_path, skip_md5):
     write_svhn(tmp_path)
     dm = TorchvisionImages("svhn", root=tmp_path, standardize="none", flatten=True)

@@ -105,10 +105,20 @@ def test_ou_kernel_keeps_the_gaussian_prior_invariant():
     assert corr == pytest.approx(math.exp(-0.05), abs=0.01)
 
 
-def test_random_walk_adds_noise_of_the_given_variance():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_random_walk_adds_noise_of_the_given_variance(dtype):
     gen = torch.Generator().manual_seed(0)
-    moved = RandomWalk(0.01).move({"p": torch.zeros(50000)}, gen)["p"]
+    moved = RandomWalk(0.01).move({"p": torch.zeros(50000, dtype=dtype)}, gen)["p"]
+    assert moved.dtype == dtype
     assert stats.kstest(moved.numpy() / 0.1, "norm").pvalue > 1e-3
+
+
+def test_float64_particles_on_cpu_move_by_float32_normals_widened():
+    """The kernels' float64 CPU noise is float32's draw from the same generator state, widened."""
+    start = {"p": torch.zeros(1000, dtype=torch.float64)}
+    moved = RandomWalk(1.0).move(start, torch.Generator().manual_seed(3))["p"]
+    expected = torch.randn(1000, generator=torch.Generator().manual_seed(3), dtype=torch.float32).double()
+    assert moved.dtype == torch.float64 and torch.equal(moved, expected)
 
 
 def test_random_walk_metropolis_leaves_its_target_invariant():

@@ -206,6 +206,23 @@ def test_state_resumes_exactly_and_checkpoints_load_with_weights_only(tmp_path):
     assert torch.equal(full.sample_buffer.samples, resumed.sample_buffer.samples)
 
 
+def test_default_buffer_start_is_one_epoch_of_plain_steps_which_psgld_needs():
+    """S_d-pSGLD, rho = 0.1, K = 2: a group both masks drop has a zero gradient; with buffer_start=0
+    pSGLD's preconditioner of such a group starts at 1 / eps_precond = 1e5, noise of std
+    sqrt(1e-3 * 1e5) = 10. The default runs the first epoch (4 batches) plain, so V is warm."""
+    def fit(**options):
+        data = SyntheticRegression(num_train=40, num_val=10, num_test=10, batch_size=10, seed=3)
+        sampler = StructuredSGMCMC(MLP([1, 8, 1], "tanh"), Gaussian(1.0), GaussianPrior(1.0), stepper="psgld",
+                                   step_size=1e-3, num_chains=4, seed=5, keep_prob=0.1, num_masks=2, **options)
+        trainer(8).fit(sampler, datamodule=data)
+        return sampler
+
+    default, unwarmed = fit(), fit(buffer_start=0)
+    assert default.buffer_start is None and default.plain_steps == 4
+    assert float(default.chains.flat().abs().max()) < 4
+    assert float(unwarmed.chains.flat().abs().max()) > 20
+
+
 @pytest.mark.parametrize("options, message", [
     ({"partition": "rows"}, "partition must be one of"),
     ({"partition": "modulo"}, "needs num_groups"),

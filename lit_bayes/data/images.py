@@ -91,6 +91,8 @@ class TorchvisionImages(BayesDataModule):
         standardize, stats_from: see above.
         num_val: validation points carved at random (seeded by ``seed``) from the training set:
             an integer count, or a fraction in [0, 1) (e.g. 10000 for the Feynman-Kac MNIST run).
+        num_train: keep this many training points, drawn at random (seeded by ``seed``) from those
+            the validation split leaves; ``None`` keeps them all (a reduced-size study).
         batch_size: training batch size; ``None`` = full batch.
         eval_batch_size: val/test batch size; ``None`` = one batch.
         seed: seed of the val split, the transforms and the shuffle.
@@ -109,6 +111,7 @@ class TorchvisionImages(BayesDataModule):
         standardize: Literal["per_channel", "global", "none"] = "per_channel",
         stats_from: Literal["train", "own"] = "train",
         num_val: int | float = 0,
+        num_train: int | None = None,
         batch_size: int | None = 128,
         eval_batch_size: int | None = 1000,
         seed: int = 0,
@@ -132,6 +135,8 @@ class TorchvisionImages(BayesDataModule):
                 raise ValueError(f"num_val as a fraction must lie in [0, 1), got {num_val!r}")
         else:
             check_int("num_val", num_val, 0)
+        if num_train is not None:
+            check_int("num_train", num_train, 1)
         _, image_shape, _, _ = DATASETS[name]
         super().__init__(
             task="classification",
@@ -150,6 +155,7 @@ class TorchvisionImages(BayesDataModule):
         self.standardize = standardize
         self.stats_from = stats_from
         self.num_val = num_val
+        self.train_subset = num_train
         self.train_transform = train_transform
         self.test_transform = test_transform
 
@@ -165,6 +171,11 @@ class TorchvisionImages(BayesDataModule):
         num_val = self._num_val(len(pool_y))
         order = torch.randperm(len(pool_y), generator=torch.Generator().manual_seed(self.seed))
         val_rows, train_rows = order[:num_val].sort().values, order[num_val:].sort().values
+        if self.train_subset is not None:
+            if self.train_subset > len(train_rows):
+                raise ValueError(f"num_train={self.train_subset} exceeds the {len(train_rows)} training images "
+                                 f"left after num_val={self.num_val!r}")
+            train_rows = order[num_val:num_val + self.train_subset].sort().values
         x = {"train": _to_float(pool_x[train_rows]), "val": _to_float(pool_x[val_rows]), "test": _to_float(test_x)}
         y = {"train": pool_y[train_rows], "val": pool_y[val_rows], "test": test_y}
         with torch.random.fork_rng(devices=[]):

@@ -29,6 +29,7 @@ structured chain with keep-probability 1 draws exactly the noise of the plain ch
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import torch
@@ -65,8 +66,13 @@ class StructuredSGMCMC(SGMCMC):
         buffer_size: past states kept per chain for q̂ (FIFO; the authors' code keeps 5000).
             It costs ``num_chains * buffer_size * P * 4`` bytes (ResNet-20: 1.08 GB per
             chain and 1000 states), allocated when training starts.
-        buffer_start: steps before it use the plain energy U(θ) (the authors' code runs
-            its first epoch unstructured); from it on, composites use the buffer.
+        buffer_start: steps before it use the plain energy U(θ); from it on, composites use
+            the buffer. ``None`` (default): one epoch (the Trainer's training batches), as the
+            authors' code runs its first epoch unstructured. pSGLD and SGHMC need these plain
+            steps: their preconditioner statistics start at zero, and a group that every mask
+            drops has a zero gradient, so at ``buffer_start=0`` its preconditioner is
+            1 / ``eps_precond`` (1e5) and its noise throws the weights away (seen on MNIST:
+            weights ~100, test NLPD 300-3000).
         buffer_init: ``"initial"``: the buffer starts with θ⁽⁰⁾ and stores every state
             from the first step (the authors' code); ``"warm_start"``: it starts with the
             state at ``buffer_start`` and stores only later states.
@@ -102,7 +108,7 @@ class StructuredSGMCMC(SGMCMC):
         mask: Literal["bernoulli", "uniform", "one_hot"] = "bernoulli",
         keep_prob: float = 0.5,
         buffer_size: int = 1000,
-        buffer_start: int = 0,
+        buffer_start: int | None = None,
         buffer_init: Literal["initial", "warm_start"] = "initial",
         num_draws: int | None = None,
     ) -> None:
@@ -120,7 +126,7 @@ class StructuredSGMCMC(SGMCMC):
         self.mode = mode
         self.num_masks = check_int("num_masks", num_masks, 1)
         self.buffer_size = check_int("buffer_size", buffer_size, 1)
-        self.buffer_start = check_int("buffer_start", buffer_start, 0)
+        self.buffer_start = None if buffer_start is None else check_int("buffer_start", buffer_start, 0)
         self.buffer_init = buffer_init
         shapes = {name: tuple(p.shape) for name, p in self.template_parameters().items()}
         self.partition = blocks.make_partition(partition, shapes, allowed=PARTITIONS, num_groups=num_groups,
@@ -189,10 +195,22 @@ class StructuredSGMCMC(SGMCMC):
         return self.structure.energy(flat, masks, tilde, group_ids,
                                      lambda sets: self.energy(self.chains.unflatten(sets), x, y))
 
+    @property
+    def plain_steps(self) -> int:
+        """The steps that use the plain energy: ``buffer_start``, or one epoch of the Trainer's
+        training batches when it is ``None``."""
+        if self.buffer_start is not None:
+            return self.buffer_start
+        batches = self.trainer.num_training_batches
+        if not math.isfinite(batches):
+            raise ValueError("buffer_start=None means one epoch of plain steps, but the training loader has no "
+                             "length: pass buffer_start as a number of steps")
+        return int(batches)
+
     def step_energy(self, x: Tensor, y: Tensor, step: int) -> Tensor:
-        """The energy whose gradient drives step ``step``: U(θ) before ``buffer_start``,
+        """The energy whose gradient drives step ``step``: U(θ) before :attr:`plain_steps`,
         the structured energy from it on (the buffer is seeded first if it is empty)."""
-        if step < self.buffer_start:
+        if step < self.plain_steps:
             return self.energy(self.chains.as_dict(), x, y)
         if len(self.sample_buffer) == 0:
             self.sample_buffer.push(self.chains.flat())
@@ -200,5 +218,5 @@ class StructuredSGMCMC(SGMCMC):
 
     def after_step(self, step: int) -> None:
         """Push the new states into the past-sample buffer."""
-        if self.buffer_init == "initial" or step >= self.buffer_start:
+        if self.buffer_init == "initial" or step >= self.plain_steps:
             self.sample_buffer.push(self.chains.flat())

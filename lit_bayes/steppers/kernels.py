@@ -26,6 +26,12 @@ Particles = Mapping[str, Tensor]
 
 
 def _noise(p: Tensor, generator: torch.Generator) -> Tensor:
+    """Standard normal noise shaped like ``p``. For float64 particles on CPU it is drawn in float32 and
+    widened: torch's float32 normals are vectorised (~4x faster than float64 on CPU, where drawing the noise
+    was the largest cost of an OHSMC step at J = 100), and a move loses nothing that matters (values on a
+    2^-24 grid, tails cut near 5.8 sigma, a mass of ~1e-8); particles, weights and likelihoods stay float64."""
+    if p.dtype == torch.float64 and p.device.type == "cpu":
+        return torch.randn(p.shape, generator=generator, device=p.device, dtype=torch.float32).to(torch.float64)
     return torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
 
 

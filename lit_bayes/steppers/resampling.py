@@ -14,8 +14,10 @@ __all__ = ["RESAMPLERS", "effective_sample_size", "resample"]
 
 
 def effective_sample_size(log_weights: Tensor) -> Tensor:
-    """ESS = 1 / sum_j w_j^2 = exp(-logsumexp(2 log w)) of normalised log-weights."""
-    return torch.exp(-torch.logsumexp(2.0 * log_weights, dim=-1))
+    """ESS = 1 / sum_j w_j^2 of normalised log-weights (each <= 0: exp cannot overflow, and the weights
+    sum to 1, so the sum of squares lies in [1/J, 1]; three kernels, where a logsumexp takes seven)."""
+    weights = log_weights.exp()
+    return (weights * weights).sum(-1).reciprocal()
 
 
 def _inverse_cdf(log_weights: Tensor, uniforms: Tensor) -> Tensor:

@@ -148,7 +148,11 @@ def main(argv=None):
     parser.add_argument("--keep-probs", default="0.5,0.1")
     parser.add_argument("--num-masks", type=int, default=2)
     parser.add_argument("--buffer-size", type=int, default=1000)
-    parser.add_argument("--buffer-start", type=int, default=118, help="plain pSGLD steps before S_d (1 epoch)")
+    parser.add_argument("--buffer-start", type=int, default=None,
+                        help="plain pSGLD steps before S_d (default: the library's, one epoch)")
+    parser.add_argument("--widths", type=json.loads, default=None,
+                        help='the MLP\'s layer widths as JSON, e.g. "[784, 10]" (default: the config\'s)')
+    parser.add_argument("--num-train", type=int, default=None, help="training images kept (default: all)")
     parser.add_argument("--num-val", type=int, default=1000, help="training images held out (the held-out batch)")
     parser.add_argument("--out", type=Path, default=Path("runs/structured/mixing_study"))
     parser.add_argument("--rerun", action="store_true", help="run cells again even when their summary exists")
@@ -158,18 +162,22 @@ def main(argv=None):
     if args.num_masks < 1:
         parser.error(f"--num-masks must be >= 1, got {args.num_masks}")
 
-    widths = yaml.safe_load(CONFIG.read_text())["model"]["init_args"]["model"]["init_args"]["widths"]
+    widths = args.widths or yaml.safe_load(CONFIG.read_text())["model"]["init_args"]["model"]["init_args"]["widths"]
     num_params = sum(p.numel() for p in MLP(widths).parameters())
     data = SYNTHETIC if args.data == "synthetic" else {"data.init_args.root": args.root}
-    common = {**data, "data.init_args.num_val": args.num_val, "model.init_args.stepper": "psgld",
+    if args.num_train is not None:
+        data = {**data, "data.init_args.num_train": args.num_train}
+    common = {**data, "data.init_args.num_val": args.num_val, "model.init_args.model.init_args.widths": widths,
+              "model.init_args.stepper": "psgld",
               "model.init_args.step_size": args.lr, "model.init_args.stepper_options": {"adapt_steps": None},
               "model.init_args.num_chains": args.chains, "model.init_args.burn_in": args.burn_in,
               "trainer.callbacks": [], "diagnostics.heldout_size": 256, "diagnostics.num_fixed_inputs": 4}
     results = {}
     for name, passes, cell in grid(checked_groups(args.groups, num_params), parse_keep_probs(args.keep_probs),
                                    args.num_masks):
-        structured = {"model.init_args.buffer_size": args.buffer_size,
-                      "model.init_args.buffer_start": args.buffer_start} if cell else {}
+        structured = {"model.init_args.buffer_size": args.buffer_size} if cell else {}
+        if cell and args.buffer_start is not None:
+            structured["model.init_args.buffer_start"] = args.buffer_start
         # the class switch comes first: the structured options then land on StructuredSGMCMC
         overrides = settings_overrides({**cell, **common, **structured}) + extra
         attempts = run_cell(args.out / name.replace(" ", "_"), overrides, passes, args)
@@ -191,7 +199,8 @@ def main(argv=None):
     (args.out / "summary.json").write_text(json.dumps(
         {"experiment": "structured-sgmcmc S_d mixing in function space (issue 28)", "data": args.data,
          "config": str(CONFIG), "overrides": settings_overrides(common) + extra,
-         "reduction": {"chains": args.chains, "epochs": args.epochs, "max_epochs": args.max_epochs,
+         "reduction": {"widths": widths, "num_train": args.num_train, "chains": args.chains, "epochs": args.epochs,
+                       "max_epochs": args.max_epochs,
                        "num_masks": args.num_masks, "burn_in": args.burn_in, "buffer_size": args.buffer_size,
                        "buffer_start": args.buffer_start},
          "claim": CLAIM, "results": results}, indent=2))
