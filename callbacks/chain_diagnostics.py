@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 
-from lit_bayes.diagnostics import MIN_DRAWS, random_projections, summarize
+from lit_bayes.diagnostics import MIN_DRAWS, projection_directions, summarize
 from lit_bayes.validation import check_int
 
 __all__ = ["ChainDiagnostics"]
@@ -51,7 +51,8 @@ class ChainDiagnostics(Callback):
 
     - ``energy``: the training energy the step returned (``training_step``'s ``(chains,)`` output);
     - ``projection_0 ... projection_{k-1}``: the flat parameters projected on ``num_projections``
-      fixed random unit directions (:func:`lit_bayes.diagnostics.random_projections` with ``seed``);
+      fixed random unit directions (:func:`lit_bayes.diagnostics.random_projections` with ``seed``;
+      drawn once);
     - function space: ``heldout_lpd``, the chain's mean log predictive density
       log p(y_i | x_i, theta) over a fixed held-out batch (the first ``heldout_size`` validation
       points, or training points when there is no validation split), and ``point_lpd_0 ...``,
@@ -101,6 +102,7 @@ class ChainDiagnostics(Callback):
         self.seed = seed
         self.every_n_steps = every_n_steps
         self._heldout: tuple[Tensor, Tensor] | None = None
+        self._directions: Tensor | None = None  # of the projections, (P, num_projections), the chains' dtype
         self._global_traces: dict[str, Tensor] | None = None
         self._draws: dict[str, list[Tensor]] = {}
         self._sample_steps = 0
@@ -155,8 +157,11 @@ class ChainDiagnostics(Callback):
         energy = returned_energy(outputs)
         if energy is not None and energy.numel() == pl_module.num_chains:
             self._append("energy", energy)
-        flat = pl_module.chains.flat().unsqueeze(1)  # (chains, 1, P)
-        projections = random_projections(flat, self.num_projections, self.seed)[:, 0]
+        flat = pl_module.chains.flat()  # (chains, P)
+        if self._directions is None or self._directions.shape[0] != flat.shape[1]:
+            directions = projection_directions(flat.shape[1], self.num_projections, self.seed)
+            self._directions = directions.to(device=flat.device, dtype=flat.dtype)
+        projections = flat @ self._directions  # (chains, num_projections)
         for j in range(self.num_projections):
             self._append(f"projection_{j}", projections[:, j])
         if self._heldout is not None:

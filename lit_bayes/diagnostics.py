@@ -27,6 +27,7 @@ __all__ = [
     "ess_bulk",
     "ess_tail",
     "integrated_autocorrelation_time",
+    "projection_directions",
     "random_projections",
     "split_rhat",
     "summarize",
@@ -146,12 +147,20 @@ def random_projections(flat_params: Trace, num_projections: int, seed: int = 0) 
             "flat_params must have shape (chains, draws, num_params), "
             f"got {params.dim()} dimension(s) with shape {tuple(params.shape)}"
         )
+    directions = projection_directions(params.shape[-1], num_projections, seed)
+    return params @ directions.to(device=params.device, dtype=params.dtype)
+
+
+def projection_directions(num_params: int, num_projections: int, seed: int = 0) -> Tensor:
+    """The directions of :func:`random_projections`: ``(num_params, num_projections)`` float64 unit
+    columns, normalised standard normals from a generator seeded with ``seed``. A caller that projects
+    at every step computes them once (``num_params x num_projections`` normals a step would cost more
+    than the projection itself)."""
     if num_projections < 1:
         raise ValueError(f"num_projections must be at least 1, got {num_projections}")
     generator = torch.Generator().manual_seed(seed)
-    directions = torch.randn(params.shape[-1], num_projections, generator=generator, dtype=torch.float64)
-    directions = directions / directions.norm(dim=0, keepdim=True)
-    return params @ directions.to(dtype=params.dtype, device=params.device)
+    directions = torch.randn(num_params, num_projections, generator=generator, dtype=torch.float64)
+    return directions / directions.norm(dim=0, keepdim=True)
 
 
 def summarize(traces: Mapping[str, Trace]) -> dict[str, float]:

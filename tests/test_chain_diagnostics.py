@@ -11,8 +11,9 @@ from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
 from lit_bayes import SGMCMC, Bernoulli, Gaussian, GaussianPrior
-from lit_bayes.callbacks import ChainDiagnostics, RunSummary
+from lit_bayes.callbacks import ChainDiagnostics, PosteriorSamples, RunSummary
 from lit_bayes.data import LinearRegression, TwoMoons
+from lit_bayes.diagnostics import random_projections
 from lit_bayes.models import MLP
 
 PROJECTIONS = 2
@@ -70,6 +71,18 @@ def test_chains_started_far_apart_and_stopped_early_have_large_rhat(tmp_path):
 
     assert diagnostics.traces()["energy"].shape == (4, 20)
     assert diagnostics.summary_metrics()["diag/rhat_max"] > 1.1
+
+
+def test_projection_traces_equal_random_projections_of_the_recorded_states(tmp_path):
+    """The callback draws its directions once; every step's projections equal those of
+    :func:`lit_bayes.diagnostics.random_projections` (which draws them at each call) on that step's state."""
+    diagnostics = ChainDiagnostics(num_projections=3, seed=5)
+    samples = PosteriorSamples(max_draws=10)
+    trainer(tmp_path, 10, [diagnostics, samples]).fit(sampler(burn_in=0), datamodule=data())
+    expected = random_projections(samples.trace(), 3, seed=5)  # (chains, draws, 3)
+    traces = diagnostics.traces()
+    for j in range(3):
+        torch.testing.assert_close(traces[f"projection_{j}"], expected[..., j].double())
 
 
 def test_val_nlpd_is_recorded_once_per_validation_epoch_after_burn_in(tmp_path):
