@@ -15,9 +15,10 @@ Times are medians of ``--repeats`` steps after ``--warmup`` steps. Before timing
 paths' per-particle log-likelihoods are checked to agree. ``fwd`` is the plain forward-equivalent
 of ``plain_forward.py`` (the moons network as ``F.linear`` + GELU layers and a summed Bernoulli
 loss on the batch of 20, one network, same dtype), timed in turn with the batched step (one call
-of each per repeat, medians), so that a change of the machine's load hits both alike. For comparison (issue 26, timed side by side on this
-2-vCPU machine): the authors' compiled JAX step takes 2.86 ms = 26.7 fwd (J = 100) and 62.9 ms
-(J = 1,000) in float64; the target is J = 100 float64 <= 13 fwd. Nothing asserts on time.
+of each per repeat, medians), so that a change of the machine's load hits both alike. For
+comparison (issue 26, timed side by side on this 2-vCPU machine): the authors' compiled JAX step
+takes 2.86 ms = 26.7 fwd (J = 100) and 62.9 ms (J = 1,000) in float64; the target is J = 100
+float64 <= 13 fwd. Nothing asserts on time.
 
 Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda]
 The last line printed is one JSON object with every figure.
