@@ -170,12 +170,12 @@ class TorchvisionImages(BayesDataModule):
         test_x, test_y = self._read(train=False)
         num_val = self._num_val(len(pool_y))
         order = torch.randperm(len(pool_y), generator=torch.Generator().manual_seed(self.seed))
-        val_rows, train_rows = order[:num_val].sort().values, order[num_val:].sort().values
-        if self.train_subset is not None:
-            if self.train_subset > len(train_rows):
-                raise ValueError(f"num_train={self.train_subset} exceeds the {len(train_rows)} training images "
-                                 f"left after num_val={self.num_val!r}")
-            train_rows = order[num_val:num_val + self.train_subset].sort().values
+        left = len(pool_y) - num_val
+        if self.train_subset is not None and self.train_subset > left:
+            raise ValueError(f"num_train={self.train_subset} exceeds the {left} training images "
+                             f"left after num_val={self.num_val!r}")
+        kept = left if self.train_subset is None else self.train_subset
+        val_rows, train_rows = order[:num_val].sort().values, order[num_val:num_val + kept].sort().values
         x = {"train": _to_float(pool_x[train_rows]), "val": _to_float(pool_x[val_rows]), "test": _to_float(test_x)}
         y = {"train": pool_y[train_rows], "val": pool_y[val_rows], "test": test_y}
         with torch.random.fork_rng(devices=[]):

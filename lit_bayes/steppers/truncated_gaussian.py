@@ -22,8 +22,8 @@ from torch import Tensor
 from torch.special import log_ndtr, ndtri
 
 __all__ = ["CHUNK", "DEEP", "PLAIN", "SAFE_A", "SAFE_SHARED", "TAIL", "exact_negative_choice", "log_ndtr_bounds",
-           "log_normal_cdf", "negative_piece_chosen", "pre_activation_pieces", "probit_scores", "row_chunks", "sample_pre_activations", "truncated_normal",
-           "two_piece_mixture"]
+           "log_normal_cdf", "negative_piece_chosen", "pre_activation_pieces", "probit_scores", "row_chunks",
+           "sample_pre_activations", "truncated_normal", "two_piece_mixture"]
 
 TAIL = 7.0  # beyond this many std inside the cut-off tail, inverse-CDF sampling loses accuracy in float64
 DEEP = -37.0  # below this, Phi(a) is under float64's normal range: log Phi through log_ndtr
