@@ -17,7 +17,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-ACTIVATIONS = {"relu": F.relu, "sigmoid": torch.sigmoid, "gelu": F.gelu, "tanh": torch.tanh}
+ACTIVATIONS = {"relu": F.relu, "sigmoid": torch.sigmoid, "gelu": F.gelu, "tanh": torch.tanh,
+               "gelu_tanh": lambda h: F.gelu(h, approximate="tanh")}  # Flax's default GELU, the FK papers' networks
 LOSSES = {
     "mse": lambda out, y: F.mse_loss(out.reshape(y.shape), y, reduction="sum"),
     "cross_entropy": lambda out, y: F.cross_entropy(out, y, reduction="sum"),

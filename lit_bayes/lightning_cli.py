@@ -327,8 +327,11 @@ def fit_and_test(config: str | os.PathLike, overrides: Sequence[str] = (), train
 
 
 def last_checkpoint(root: str | os.PathLike) -> Path | None:
-    """The newest ``last.ckpt`` of the runs under ``root`` (``version_*/checkpoints``), or None."""
-    found = sorted(Path(root).glob("version_*/checkpoints/last.ckpt"), key=lambda path: path.stat().st_mtime)
+    """The newest ``last.ckpt`` of the runs under ``root`` (``version_*/checkpoints``, or ``checkpoints``
+    for a run without a logger), or None."""
+    root = Path(root)
+    found = sorted([*root.glob("version_*/checkpoints/last.ckpt"), *root.glob("checkpoints/last.ckpt")],
+                   key=lambda path: path.stat().st_mtime)
     return found[-1] if found else None
 
 

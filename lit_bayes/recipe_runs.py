@@ -1,7 +1,8 @@
 """One cell of a recipe's grid: a ``lit-bayes fit`` run in its own directory, read back from its
 ``summary.json`` (DESIGN.md, machine-readable results). Recipe scripts loop over cells and print
-the paper's table beside the summaries; a cell whose run finished is read, not run again, so an
-interrupted grid continues where it stopped."""
+the paper's table beside the summaries; a cell whose run finished is read, not run again, and one
+that was interrupted continues from its last checkpoint, so an interrupted grid continues where it
+stopped."""
 from __future__ import annotations
 
 import json
@@ -34,7 +35,8 @@ def fit_cell(config: str | os.PathLike, directory: str | os.PathLike, overrides:
     """One cell of a grid: :func:`fit_run` of ``config`` without a logger, writing ``summary.json``,
     ``config.yaml``, the checkpoint and the sample store (when on disk) under ``directory``; returns the
     summary. With ``rerun=False`` a directory whose summary already holds test metrics is read instead
-    of run again."""
+    of run again, and an unfinished run (killed or interrupted: no test metrics) continues from its
+    ``last.ckpt`` (the same chains, as if never stopped); ``rerun=True`` starts afresh."""
     directory = Path(directory)
     summary = directory / "summary.json"
     if not rerun and summary.exists():
@@ -42,7 +44,8 @@ def fit_cell(config: str | os.PathLike, directory: str | os.PathLike, overrides:
         if any(key.startswith("test/") for key in done.get("metrics", {})):
             return done
     summary.unlink(missing_ok=True)  # a stale, unfinished summary would be merged into
-    fit_run([config], directory, ["--trainer.logger", "false", "--summary.directory", str(directory), *overrides])
+    fit_run([config], directory, ["--trainer.logger", "false", "--summary.directory", str(directory), *overrides],
+            resume=not rerun)
     return json.loads(summary.read_text())
 
 

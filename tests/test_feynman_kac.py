@@ -9,7 +9,7 @@ from torch import nn
 from lit_bayes import OHSMC, SGSMC, Bernoulli, Gaussian
 from lit_bayes.data import LinearRegression
 from lit_bayes.models import MLP, PartialBNN, PartialMLP
-from lit_bayes.optimizers import make_optimizer
+from lit_bayes.optimizers import DirectFusedAdam, make_optimizer
 
 
 class LinearOffset(nn.Module):
@@ -198,6 +198,40 @@ def test_psi_can_be_trained_by_any_torch_optimizer():
     before = [p.detach().clone() for p in sampler.model.deterministic_parameters()]
     sampler.transition(torch.randn(5, 2), torch.randint(0, 2, (5,)), optimizer)
     assert any(not torch.equal(a, p) for a, p in zip(before, sampler.model.deterministic_parameters()))
+
+
+@pytest.mark.parametrize("options", [{}, {"weight_decay": 0.1, "maximize": True}, {"decoupled_weight_decay": True,
+                                                                                   "weight_decay": 0.1}])
+def test_direct_fused_adam_steps_exactly_like_torch_fused_adam(options, monkeypatch):
+    """DirectFusedAdam (make_optimizer's default Adam) against torch.optim.Adam(fused=True): the same
+    parameters and state bit for bit over steps with a changing learning rate and a parameter left
+    without gradient; torch's own step runs only for the first step (which creates the state), and a
+    state_dict moves between the two."""
+    torch.manual_seed(0)
+    values = [torch.randn(4, 3, dtype=torch.float64), torch.randn(3, dtype=torch.float64), torch.randn(2)]
+    runs, torch_steps = {}, []
+    step = torch.optim.Adam.step
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: (torch_steps.append(type(self)),
+                                                                            step(self, closure))[1])
+    for direct in (True, False):
+        params = [torch.nn.Parameter(v.clone()) for v in values]
+        groups = [{"params": params[:2]}, {"params": params[2:], "lr": 0.05}]
+        optimizer = (DirectFusedAdam if direct else torch.optim.Adam)(groups, lr=0.1, fused=True, **options)
+        generator = torch.Generator().manual_seed(1)
+        for i in range(5):
+            for j, p in enumerate(params):
+                p.grad = None if (i == 3 and j == 1) else torch.randn(p.shape, generator=generator, dtype=p.dtype)
+            optimizer.param_groups[0]["lr"] = 0.1 / (i + 1)
+            optimizer.step()
+        runs[direct] = params, optimizer
+    assert torch_steps.count(DirectFusedAdam) == 1 and torch_steps.count(torch.optim.Adam) == 5
+    (direct, direct_optimizer), (plain, plain_optimizer) = runs[True], runs[False]
+    assert all(torch.equal(a, b) for a, b in zip(direct, plain))
+    for a, b in zip(direct_optimizer.state.values(), plain_optimizer.state.values()):
+        assert all(torch.equal(a[key], b[key]) for key in ("step", "exp_avg", "exp_avg_sq"))
+    plain_optimizer.load_state_dict(direct_optimizer.state_dict())  # checkpoints are interchangeable
+    assert isinstance(make_optimizer("adam", direct, 0.1), DirectFusedAdam)
+    assert type(make_optimizer("adam", direct, 0.1, {"foreach": True})) is torch.optim.Adam
 
 
 @pytest.mark.parametrize("name", ["adam", "adamw", "sgd"])

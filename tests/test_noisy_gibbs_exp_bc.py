@@ -124,6 +124,12 @@ def test_exp_c_script_scores_every_kept_draw_and_resumes_the_chain(tmp_path, mon
     assert resumed["sweeps"] == 12 and [row["sweep"] for row in resumed["trace"]] == [1, 3, 5, 7, 9, 11]
     assert [row["accuracy"] for row in resumed["trace"][:4]] == accuracy
 
+    monkeypatch.setattr(sys, "argv", [*command, "--sweeps", "8", "--num-train", "12"])
+    exp_c.main()
+    subset = json.loads((tmp_path / "runs" / "exp_c_mlp_n12.json").read_text())  # its own run, beside mlp
+    assert subset["num_train"] == 12 and first["num_train"] == 24 and subset["sweeps"] == 8
+    assert list((tmp_path / "runs" / "mlp_n12").rglob("last.ckpt"))
+
 
 # the classical posteriors of Exp. C (spec §3, §5, §6.3): Delta, lambda per parameter layer, step, leapfrog
 # steps, init std

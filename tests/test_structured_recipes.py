@@ -87,6 +87,28 @@ def test_recipe_runs_at_tiny_size(recipe, tmp_path):
     assert fit_cell(STRUCTURED / recipe, tmp_path / "run", ["--no-such-option"]) == summary  # finished: read back
 
 
+def test_fit_cell_continues_an_interrupted_run_from_its_last_checkpoint(tmp_path, monkeypatch):
+    """A cell stopped after its first epoch (its last.ckpt written, no finished summary) continues from
+    that checkpoint on the next call and ends where an uninterrupted run ends; ``rerun`` starts afresh."""
+    import lit_bayes.cli
+
+    calls, main = [], lit_bayes.cli.main
+    monkeypatch.setattr(lit_bayes.cli, "main", lambda args: (calls.append(args), main(args))[1])
+    recipe, data = STRUCTURED / "toy_sd_sgld.yaml", SMALL_DATA["toy_sd_sgld.yaml"]
+    whole = fit_cell(recipe, tmp_path / "whole", [*TINY, *data])
+    fit_cell(recipe, tmp_path / "cut", [*TINY, *data, "--trainer.max_epochs", "1"])
+    (tmp_path / "cut" / "summary.json").unlink()  # as if killed after the epoch-1 checkpoint
+    resumed = fit_cell(recipe, tmp_path / "cut", [*TINY, *data])
+    assert calls[-1][-2:] == ["--ckpt_path", str(tmp_path / "cut" / "checkpoints" / "last.ckpt")]
+    assert "--ckpt_path" not in calls[0] + calls[1]
+    assert resumed["steps"] == whole["steps"] == 6
+    assert resumed["metrics"]["test/nlpd"] == whole["metrics"]["test/nlpd"]
+    assert resumed["metrics"]["mixing/draws_per_chain"] == whole["metrics"]["mixing/draws_per_chain"]
+    (tmp_path / "cut" / "summary.json").unlink()
+    short = fit_cell(recipe, tmp_path / "cut", [*TINY, *data, "--trainer.max_epochs", "1"], rerun=True)
+    assert short["steps"] == 3  # not the 6 of the checkpoint
+
+
 def test_coordinate_mixing_callback_counts_composite_passes_and_resumes():
     sampler = StructuredSGMCMC(torch.nn.Linear(3, 1), Gaussian(1.0), GaussianPrior(1.0), num_chains=2, burn_in=3,
                                partition="fully_factorised", mode="dropout", keep_prob=0.5, num_masks=3, seed=0)
