@@ -31,7 +31,8 @@ authors' code; frozen at the end of the burn-in (the library's default) the chai
 
 Stationarity: a cell whose verdict is not ``ok`` is run again, twice as long, in a new directory,
 up to ``--max-epochs``; every attempt is kept in the JSON (``attempts``), the last one reported.
-Finished runs are read back, not rerun, so an interrupted study continues where it stopped.
+Finished runs are read back, not rerun, and an interrupted cell continues from its last checkpoint
+(:func:`lit_bayes.recipe_runs.fit_cell`), so an interrupted study continues where it stopped.
 
 ``--data synthetic`` runs the same grid on MNIST-shaped class prototypes
 (:class:`lit_bayes.data.ClassPrototypes`): a pipeline check, said so in the output. Arguments this
