@@ -125,6 +125,23 @@ def test_traces_survive_a_checkpoint_and_a_resumed_run_appends(tmp_path):
         assert torch.equal(trace[:, :22], before[name])
 
 
+def test_a_trace_buffer_holds_8_bytes_a_value_and_saves_only_its_draws():
+    """Long runs record 10^5 steps: the draws go into one float64 buffer per trace (doubled when full),
+    not a tensor per draw; the checkpoint holds exactly the draws, and a loaded trace appends on."""
+    diagnostics, draws = ChainDiagnostics(), torch.randn(3000, 4, generator=torch.Generator().manual_seed(0))
+    for row in draws:
+        diagnostics._append("energy", row.float())
+    buffer = diagnostics._draws["energy"]
+    assert torch.equal(buffer.trace(), draws.T.float().double())
+    assert buffer.trace().untyped_storage().nbytes() <= 2 * draws.numel() * 8
+    saved = diagnostics.state_dict()["traces"]["energy"]
+    assert saved.untyped_storage().nbytes() == draws.numel() * 8
+    resumed = ChainDiagnostics()
+    resumed.load_state_dict(diagnostics.state_dict())
+    resumed._append("energy", torch.zeros(4))
+    assert resumed.traces()["energy"].shape == (4, 3001) and torch.equal(resumed.traces()["energy"][:, :3000], saved)
+
+
 def test_a_single_chain_reports_no_diagnostics():
     diagnostics = ChainDiagnostics()
     diagnostics.load_state_dict({"traces": {"energy": torch.randn(1, 50)}, "sample_steps": torch.tensor(50)})
