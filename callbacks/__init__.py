@@ -8,6 +8,7 @@ from lit_bayes.callbacks.ood_metrics import OODMetrics
 from lit_bayes.callbacks.plots import DiagnosticPlots
 from lit_bayes.callbacks.posterior_samples import PosteriorSamples
 from lit_bayes.callbacks.predictive_marginal import PredictiveMarginal
+from lit_bayes.callbacks.progress_log import ProgressLog
 from lit_bayes.callbacks.run_checkpoint import RunCheckpoint
 from lit_bayes.callbacks.run_health import RunHealth
 from lit_bayes.callbacks.run_summary import RunSummary
@@ -25,6 +26,7 @@ __all__ = [
     "OODMetrics",
     "PosteriorSamples",
     "PredictiveMarginal",
+    "ProgressLog",
     "RunCheckpoint",
     "RunHealth",
     "RunSummary",

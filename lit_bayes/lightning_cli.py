@@ -33,6 +33,7 @@ from lit_bayes.callbacks import (
     DiagnosticPlots,
     PosteriorSamples,
     PredictiveMarginal,
+    ProgressLog,
     RunCheckpoint,
     RunHealth,
     RunSummary,
@@ -107,6 +108,7 @@ class LitBayesCLI(LightningCLI):
         parser.add_lightning_class_args(RunHealth, "health")
         parser.add_lightning_class_args(RunSummary, "summary")
         parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(ProgressLog, "progress_log")
         parser.set_defaults({"checkpoint.save_last": True, "checkpoint.save_on_train_epoch_end": True})
 
     def before_instantiate_classes(self) -> None:
@@ -310,11 +312,11 @@ def run(args: list[str] | None = None) -> None:
 
 def fit_and_test(config: str | os.PathLike, overrides: Sequence[str] = (), train_transform: Callable | None = None,
                  ckpt_path: str | os.PathLike | None = None) -> LitBayesCLI:
-    """``lit-bayes fit -c config *overrides`` (no W&B, no progress bar), for scripts that read the run
-    afterwards: returns the CLI, whose ``model``, ``datamodule`` and ``trainer`` (with its callbacks)
-    hold the final chain and the kept samples. ``train_transform`` replaces the DataModule's (a callable
-    does not go through a config); ``ckpt_path`` continues a run from its checkpoint (chain, sample
-    store and step count)."""
+    """``lit-bayes fit -c config *overrides`` (no W&B; no progress bar, :class:`ProgressLog`'s lines instead),
+    for scripts that read the run afterwards: returns the CLI, whose ``model``, ``datamodule`` and
+    ``trainer`` (with its callbacks) hold the final chain and the kept samples. ``train_transform``
+    replaces the DataModule's (a callable does not go through a config); ``ckpt_path`` continues a run
+    from its checkpoint (chain, sample store and step count)."""
     cli = LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
                       save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, run=False,
                       args=["-c", str(config), "--wandb", "false", "--trainer.enable_progress_bar", "false",

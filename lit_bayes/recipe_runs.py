@@ -15,10 +15,10 @@ __all__ = ["fit_cell", "fit_run", "settings_overrides"]
 
 def fit_run(configs: Sequence[str | os.PathLike], root: str | os.PathLike, overrides: Sequence[str] = (),
             resume: bool = False) -> Path:
-    """``lit-bayes fit -c <configs...> --trainer.default_root_dir root <overrides>`` (no W&B, no progress
-    bar) in this process; ``resume`` continues from the newest ``last.ckpt`` under ``root``
-    (``--ckpt_path``). Returns the run's log directory, the newest ``root/version_<n>`` (``root`` when
-    the overrides turn the logger off)."""
+    """``lit-bayes fit -c <configs...> --trainer.default_root_dir root <overrides>`` (no W&B; no progress
+    bar, :class:`lit_bayes.callbacks.ProgressLog`'s lines instead) in this process; ``resume`` continues
+    from the newest ``last.ckpt`` under ``root`` (``--ckpt_path``). Returns the run's log directory, the
+    newest ``root/version_<n>`` (``root`` when the overrides turn the logger off)."""
     from lit_bayes.cli import last_checkpoint, main
 
     root = Path(root)
