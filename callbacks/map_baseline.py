@@ -14,6 +14,13 @@ __all__ = ["MAPBaseline"]
 STAGE = "map_test"
 
 
+def _autograd_copy(tensor: Tensor, device: torch.device) -> Tensor:
+    """``tensor`` on ``device`` as a tensor autograd may save: a copy made inside a test's inference mode
+    (``.to("cuda")`` of the CPU training data) is an inference tensor, which backward refuses."""
+    tensor = tensor.to(device)
+    return tensor.clone() if tensor.is_inference() else tensor
+
+
 class MAPBaseline(Callback):
     """Before the first test, finds the MAP estimate of the sampler's own posterior (same network,
     likelihood, prior, temperature and energy, :mod:`lit_bayes.posterior`) by ``steps``
@@ -38,8 +45,10 @@ class MAPBaseline(Callback):
         self._metrics: dict[str, float] = {}
 
     def fit_map(self, pl_module, x: Tensor, y: Tensor) -> dict[str, Tensor]:
-        """The MAP parameters, stacked as one chain ``(1, ...)`` (gradients on, also inside a test)."""
+        """The MAP parameters, stacked as one chain ``(1, ...)`` (gradients on, also inside a test), from
+        training data on any device."""
         with torch.inference_mode(False), torch.enable_grad():
+            x, y = _autograd_copy(x, pl_module.device), _autograd_copy(y, pl_module.device)
             params = {n: p.detach().clone().unsqueeze(0).requires_grad_(True)
                       for n, p in pl_module.template_parameters().items()}
             optimizer = torch.optim.Adam(params.values(), lr=self.lr)
@@ -55,8 +64,7 @@ class MAPBaseline(Callback):
         data = getattr(getattr(trainer, "datamodule", None), "train_data", None)
         if data is None:
             raise ValueError("MAPBaseline needs a DataModule with train_data (a lit_bayes DataModule)")
-        x, y = (t.to(pl_module.device) for t in data.tensors)
-        self.params = self.fit_map(pl_module, x, y)
+        self.params = self.fit_map(pl_module, *data.tensors)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         if self.params is None:

@@ -379,12 +379,15 @@ class GaussianPrior(Prior):
 
     def sample(self, params: Mapping[str, Tensor], generator: torch.Generator | None = None,
                temperature: float = 1.0) -> dict[str, Tensor]:
-        """Draw parameters shaped like ``params`` from the prior tempered to pi^(1/T): N(0, T v)."""
+        """Draw parameters shaped like ``params`` from the prior tempered to pi^(1/T): N(0, T v), on the
+        generator's device and then moved to the parameters' (so a CPU generator gives the same draws for
+        parameters on any device)."""
         flat = [name for name in params if math.isinf(self.variance_of(name))]
         if flat:
             raise ValueError(f"cannot sample {flat[:3]} from a flat (infinite-variance) prior; use another init")
         return {
-            name: torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
+            name: torch.randn(p.shape, generator=generator, device=p.device if generator is None else generator.device,
+                              dtype=p.dtype).to(p.device)
             * (self.variance_of(name) * temperature) ** 0.5
             for name, p in params.items()
         }

@@ -87,6 +87,35 @@ def test_a_model_that_fits_passes_the_check():
     assert sampler.global_step == 2
 
 
+class ReportsAnotherDevice(L.Callback):
+    """Does what Lightning does before ``setup`` on a GPU: every module reports the accelerator's
+    device (here ``meta``) while its tensors are still on the CPU."""
+
+    def setup(self, trainer, pl_module, stage):
+        for module in pl_module.modules():
+            if isinstance(module, L.LightningModule):
+                module._device = torch.device("meta")
+
+
+FITTING = {
+    "sgmcmc": lambda: SGMCMC(MLP([2, 4, 1]), Bernoulli(), num_chains=2),
+    "hmc": lambda: HMC(nn.Linear(2, 1), Gaussian(), num_chains=2),
+    "noisy_gibbs": lambda: NoisyGibbs(NoisyMLP([2, 2, 1]), num_chains=2),
+    "ohsmc": lambda: OHSMC(PartialMLP([2, 4, 1], 0), Bernoulli(), num_particles=4),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FITTING))
+def test_the_fit_check_runs_where_the_chains_are(family):
+    """The check at setup evaluates the chain on its own device, not on the one Lightning reports
+    there (the accelerator's, before the module is moved): on a GPU every fit failed the check."""
+    sampler = FITTING[family]()
+    data = Points(dim=2, classes=None if family in ("hmc", "noisy_gibbs") else 2)
+    L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+              enable_model_summary=False, callbacks=[ReportsAnotherDevice()]).fit(sampler, datamodule=data)
+    assert sampler.global_step == 2
+
+
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     """``lit-bayes fit`` of the tiny XOR run (the console script beside this Python, else ``-m``)."""
     script = Path(sys.executable).parent / "lit-bayes"

@@ -7,7 +7,7 @@ from torch import nn
 from lit_bayes import (
     HMC, MALA, MAP, OHSMC, SGMCMC, SGSMC, BlockGibbs, Gaussian, GaussianPrior, NoisyGibbs, StructuredSGMCMC,
 )
-from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, UncertaintyMetrics
+from lit_bayes.callbacks import MAPBaseline, PosteriorSamples, PredictiveMarginal, UncertaintyMetrics
 from lit_bayes.data import LinearRegression
 from lit_bayes.models import MLP, NoisyMLP, PartialMLP
 from lit_bayes.predictive import marginal_predictive
@@ -35,17 +35,38 @@ SAMPLERS = {
 }
 
 
+class ChainsAtTrainEnd(L.Callback):
+    """Keeps the flat chain state as it is when training ends, before Lightning's teardown moves it."""
+
+    def on_train_end(self, trainer, pl_module):
+        self.chains = pl_module.chains.flat().detach().clone()
+
+
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_sampler_runs_on_cuda(name, tmp_path):
     sampler = SAMPLERS[name]()
     data = LinearRegression(num_train=64, num_val=16, num_test=16, batch_size=None, seed=0)
+    seen = ChainsAtTrainEnd()
     trainer = L.Trainer(accelerator="gpu", devices=1, max_steps=20, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, callbacks=[PosteriorSamples(), PredictiveMarginal(),
-                                                              UncertaintyMetrics()], default_root_dir=tmp_path)
+                                                              UncertaintyMetrics(), seen], default_root_dir=tmp_path)
     trainer.fit(sampler, datamodule=data)
-    assert sampler.chains.flat().is_cuda and torch.isfinite(sampler.chains.flat()).all()
+    # Lightning moves the module back to the CPU when fit ends: look at the chains while it trains
+    assert seen.chains.is_cuda and torch.isfinite(seen.chains).all()
     metrics = trainer.test(sampler, datamodule=data, verbose=False)[0]
     assert torch.isfinite(torch.tensor(metrics["test/nlpd"]))
+
+
+def test_map_baseline_fits_on_cuda_inside_the_test(tmp_path):
+    baseline = MAPBaseline(steps=20)
+    data = LinearRegression(num_train=64, num_val=16, num_test=16, batch_size=None, seed=0)
+    trainer = L.Trainer(accelerator="gpu", devices=1, max_steps=20, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, callbacks=[baseline], default_root_dir=tmp_path)
+    sampler = SAMPLERS["sgld"]()
+    trainer.fit(sampler, datamodule=data)
+    trainer.test(sampler, datamodule=data, verbose=False)
+    assert all(p.is_cuda for p in baseline.params.values())
+    assert torch.isfinite(torch.tensor(baseline.summary_metrics()["baseline/map/test/nlpd"]))
 
 
 def test_predictive_marginal_on_cuda_equals_cpu():
@@ -59,3 +80,13 @@ def test_predictive_marginal_on_cuda_equals_cpu():
     gpu = marginal_predictive(sampler, {n: p.cuda() for n, p in samples.items()}, log_weights.cuda(), x.cuda(), y.cuda())
     torch.testing.assert_close(gpu.log_prob_target.cpu(), cpu.log_prob_target, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(gpu.mean.cpu(), cpu.mean, rtol=1e-5, atol=1e-5)
+
+
+def test_prior_draws_from_a_cpu_generator_land_on_cuda_unchanged():
+    """A sampler set up outside a Trainer after ``.cuda()`` draws its start from the CPU "init" stream:
+    the draws are the CPU's, moved to the parameters' device (before, randn refused the CPU generator)."""
+    prior = GaussianPrior(4.0)
+    cuda = prior.sample({"w": torch.empty(2, 3, device="cuda")}, torch.Generator().manual_seed(3))["w"]
+    cpu = prior.sample({"w": torch.empty(2, 3)}, torch.Generator().manual_seed(3))["w"]
+    assert cuda.is_cuda
+    torch.testing.assert_close(cuda.cpu(), cpu)

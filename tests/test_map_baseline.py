@@ -35,6 +35,17 @@ def test_the_baseline_is_the_posterior_mode_and_its_test_metrics_are_reported(tm
     assert metrics["baseline/map/test/nlpd"] == pytest.approx(-log_lik.mean().item(), rel=1e-5)
 
 
+def test_the_fit_takes_data_copied_in_inference_mode():
+    """On a GPU the test's inference mode made the training data's device copy an inference tensor,
+    which backward cannot save; here the data is made so on the CPU."""
+    sampler = SGMCMC(MLP([2, 4, 1], "tanh"), Bernoulli(), GaussianPrior(1.0), num_chains=1, num_data=30)
+    x, y = TwoMoons(num_train=30, num_val=0, num_test=10).load()["train"]
+    with torch.inference_mode():
+        x, y = x.clone(), y.clone()
+        params = MAPBaseline(steps=5).fit_map(sampler, x, y)
+    assert all(torch.isfinite(p).all() for p in params.values())
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="steps"):
         MAPBaseline(steps=0)

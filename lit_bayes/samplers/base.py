@@ -378,9 +378,12 @@ class SamplerModule(L.LightningModule):
         if point is None or self.chains is None:
             return
         one_chain = {name: p[:1] for name, p in self.chains.as_dict().items()}
-        dtype = next(iter(one_chain.values())).dtype  # the Trainer's precision (64-true: float64)
-        x = point[0].to(self.device, dtype if point[0].is_floating_point() else None)
-        y = None if point[1] is None else point[1].to(self.device, dtype if point[1].is_floating_point() else None)
+        # the chain's dtype is the Trainer's precision (64-true: float64); its device, not self.device: in setup
+        # Lightning already reports the accelerator's device while the module is still on the CPU
+        first = next(iter(one_chain.values()))
+        device, dtype = first.device, first.dtype
+        x = point[0].to(device, dtype if point[0].is_floating_point() else None)
+        y = None if point[1] is None else point[1].to(device, dtype if point[1].is_floating_point() else None)
         model, likelihood = type(self.model).__name__, type(self.likelihood).__name__
         data = f"{type(datamodule).__name__} gives inputs of shape {tuple(x.shape[1:])}"
         with torch.no_grad():
