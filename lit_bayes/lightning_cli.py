@@ -75,10 +75,14 @@ class LitBayesCLI(LightningCLI):
         new_run_directory: the log directory this command made (``None`` when it resumes a run in its own
             directory, or logs nowhere); removed again when fit, validate or test fails before writing
             anything but the start's files (:func:`lit_bayes.run_directories.remove_failed_start`).
+        resume_from: for a CLI built without a subcommand, the checkpoint its caller resumes the fit from:
+            the run then logs into that checkpoint's run directory, as ``fit --ckpt_path`` does.
     """
 
-    def __init__(self, *args, parser_kwargs: dict | None = None, **kwargs) -> None:
+    def __init__(self, *args, parser_kwargs: dict | None = None, resume_from: str | os.PathLike | None = None,
+                 **kwargs) -> None:
         self.new_run_directory: Path | None = None
+        self.resume_from = resume_from
         described = {name: {"description": text} for name, text in SUBCOMMANDS.items()}
         super().__init__(*args, parser_kwargs={**described, **(parser_kwargs or {})}, **kwargs)
 
@@ -141,16 +145,23 @@ class LitBayesCLI(LightningCLI):
         if config.checkpoint.dirpath is None:
             config.checkpoint.dirpath = str(Path(config.ckpt_path).parent)
 
+    def resumed_checkpoint(self, config) -> str | os.PathLike | None:
+        """The checkpoint a fit resumes from: ``--ckpt_path`` of ``fit``, or ``resume_from`` of a CLI built
+        without a subcommand (:func:`fit_and_test`, which passes the checkpoint to ``Trainer.fit`` itself)."""
+        if self.subcommand is None:
+            return self.resume_from
+        return config.ckpt_path if self.subcommand == "fit" else None
+
     def instantiate_trainer(self, **kwargs):
         """The Trainer, logging to a new ``<root>/version_<n>`` (and W&B), or, for a fit resuming a run under
         the same root, to that run's directory (:func:`lit_bayes.run_directories.resumed_run_directory`)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         if config.trainer.logger in (None, True):
             root = config.trainer.default_root_dir or "runs"
-            resumed = resumed_run_directory(config.ckpt_path, root) if self.subcommand == "fit" else None
+            resumed = resumed_run_directory(self.resumed_checkpoint(config), root)
             if resumed is not None:
                 csv = CSVLogger(root, name="", version=resumed.name)
-                continue_metrics(csv, config.ckpt_path)
+                continue_metrics(csv, self.resumed_checkpoint(config))
                 # the run's own checkpoints are there: expected, not a clash
                 warnings.filterwarnings("ignore", r"Checkpoint directory .* exists and is not empty")
             else:
@@ -320,7 +331,7 @@ def fit_and_test(config: str | os.PathLike, overrides: Sequence[str] = (), train
     cli = LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
                       save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, run=False,
                       args=["-c", str(config), "--wandb", "false", "--trainer.enable_progress_bar", "false",
-                            *overrides])
+                            *overrides], resume_from=ckpt_path)
     if train_transform is not None:
         cli.datamodule.train_transform = train_transform
     cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)

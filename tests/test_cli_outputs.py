@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 import lit_bayes.data
 from lit_bayes.callbacks.plots import acceptance_plot, reliability_diagram, trace_plot, uncertain_points_plot
-from lit_bayes.cli import main
+from lit_bayes.cli import fit_and_test, main
 from lit_bayes.cli_help import SUBCOMMANDS, asks_top_level_help
 from lit_bayes.run_directories import remove_failed_start, resumed_run_directory
 
@@ -128,6 +128,19 @@ def test_resumed_fit_continues_in_its_run_directory_and_adds_up_the_wall_time(tm
     with (run / "metrics.csv").open() as f:
         steps = [int(row["step"]) for row in csv.DictReader(f)]
     assert steps[:len(first_steps)] == first_steps and max(steps) == 4  # the first segment's rows, then more
+
+
+def test_a_script_resuming_with_fit_and_test_continues_in_the_same_run_directory(tmp_path):
+    """The recipe scripts resume through :func:`fit_and_test` (``exp_c.py --resume``): before, the resumed
+    segment opened a new ``version_1`` holding only its own metrics."""
+    settings = ["--trainer.default_root_dir", str(tmp_path), *TINY]
+    fit_and_test(RECIPE, [*settings, "--trainer.max_epochs", "1"])
+    checkpoint = tmp_path / "version_0" / "checkpoints" / "last.ckpt"
+    fit_and_test(RECIPE, [*settings, "--trainer.max_epochs", "2"], ckpt_path=checkpoint)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["version_0"]
+    assert json.loads((tmp_path / "version_0" / "summary.json").read_text())["steps"] == 4
+    with (tmp_path / "version_0" / "metrics.csv").open() as f:
+        assert max(int(row["step"]) for row in csv.DictReader(f) if row["step"]) == 4
 
 
 def test_a_fit_without_resume_reports_its_wall_time_once(tmp_path):
