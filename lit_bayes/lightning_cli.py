@@ -158,10 +158,11 @@ class LitBayesCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         if config.trainer.logger in (None, True):
             root = config.trainer.default_root_dir or "runs"
-            resumed = resumed_run_directory(self.resumed_checkpoint(config), root)
+            checkpoint = self.resumed_checkpoint(config)
+            resumed = resumed_run_directory(checkpoint, root)
             if resumed is not None:
                 csv = CSVLogger(root, name="", version=resumed.name)
-                continue_metrics(csv, self.resumed_checkpoint(config))
+                continue_metrics(csv, checkpoint)
                 # the run's own checkpoints are there: expected, not a clash
                 warnings.filterwarnings("ignore", r"Checkpoint directory .* exists and is not empty")
             else:
