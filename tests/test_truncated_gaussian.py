@@ -11,6 +11,7 @@ from scipy import special, stats
 from lit_bayes.steppers.truncated_gaussian import (
     SAFE_A,
     SAFE_SHARED,
+    _select,
     exact_negative_choice,
     log_ndtr_bounds,
     log_normal_cdf,
@@ -258,3 +259,15 @@ def test_chunked_layer_draw_keeps_each_element_law(monkeypatch):
         draws = out[..., column].flatten().double().numpy()
         assert stats.kstest(draws, exact_cdf("relu", float(np.float32(w)), float(np.float32(x)), delta_z,
                                              delta_x)).pvalue > KS_P_MIN, column
+
+
+def test_branch_free_selection_equals_torch_where():
+    """The piece selection of the two-piece draw (0/1 weights instead of a random-mask ``torch.where``) gives
+    torch.where's values exactly, for finite values from tiny to huge of either sign."""
+    gen = generator(13)
+    scale = torch.logspace(-300, 300, 1000, dtype=torch.float64)
+    first = scale * torch.randn(1000, generator=gen, dtype=torch.float64)
+    second = scale.flip(0) * torch.randn(1000, generator=gen, dtype=torch.float64)
+    mask = torch.rand(1000, generator=gen) < 0.5
+    on_first = mask.to(torch.float64)
+    assert torch.equal(_select(on_first, 1.0 - on_first, first, second), torch.where(mask, first, second))
