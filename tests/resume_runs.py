@@ -46,7 +46,8 @@ def make_sampler(kind: str):
     return sampler_cls(net, lik, prior, step_size=1e-2, burn_in=2, thinning=2, adapt_steps=5, **common)
 
 
-def fit(root, epochs, stepper="sghmc", store="disk", ckpt_path=None, kill_at=None, shard_size=3, max_steps=-1):
+def fit(root, epochs, stepper="sghmc", store="disk", ckpt_path=None, kill_at=None, shard_size=3, max_steps=-1,
+        accelerator="cpu"):
     """``epochs`` epochs of 4 steps (or ``max_steps`` steps, with a checkpoint after every step)."""
     torch.set_num_threads(1)
     data = SyntheticRegression(num_train=40, num_val=10, num_test=10, batch_size=10, seed=3)
@@ -56,8 +57,9 @@ def fit(root, epochs, stepper="sghmc", store="disk", ckpt_path=None, kill_at=Non
     callbacks = [samples, ModelCheckpoint(dirpath=os.path.join(root, "ckpt"), save_last=True, **every)]
     if kill_at is not None:
         callbacks.append(KillAtStep(kill_at))
-    trainer = L.Trainer(max_epochs=epochs, max_steps=max_steps, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, callbacks=callbacks, default_root_dir=root)
+    trainer = L.Trainer(accelerator=accelerator, devices=1, max_epochs=epochs, max_steps=max_steps, logger=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                        callbacks=callbacks, default_root_dir=root)
     trainer.fit(sampler, datamodule=data, ckpt_path=ckpt_path)
     return sampler, samples
 

@@ -1,7 +1,8 @@
-"""Every sampler runs on CUDA (skipped without a GPU; see tests/conftest.py)."""
+"""Every sampler runs on CUDA and resumes there exactly (skipped without a GPU; see tests/conftest.py)."""
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
 from lit_bayes import (
@@ -11,6 +12,7 @@ from lit_bayes.callbacks import MAPBaseline, PosteriorSamples, PredictiveMargina
 from lit_bayes.data import LinearRegression
 from lit_bayes.models import MLP, NoisyMLP, PartialMLP
 from lit_bayes.predictive import marginal_predictive
+from tests.resume_runs import fit as fit_small_regression
 
 pytestmark = pytest.mark.gpu
 
@@ -90,3 +92,42 @@ def test_prior_draws_from_a_cpu_generator_land_on_cuda_unchanged():
     cpu = prior.sample({"w": torch.empty(2, 3)}, torch.Generator().manual_seed(3))["w"]
     assert cuda.is_cuda
     torch.testing.assert_close(cuda.cpu(), cpu)
+
+
+def fit_with_checkpoints(name, root, epochs, ckpt_path=None, accelerator="gpu"):
+    """``epochs`` full-batch steps of one of :data:`SAMPLERS`, a checkpoint after each."""
+    torch.manual_seed(0)  # the networks' own init (OHSMC's psi starts from it)
+    sampler, samples = SAMPLERS[name](), PosteriorSamples()
+    data = LinearRegression(num_train=64, num_val=16, num_test=16, batch_size=None, seed=0)
+    checkpoints = ModelCheckpoint(dirpath=root / "ckpt", save_last=True, every_n_epochs=1, save_on_train_epoch_end=True)
+    trainer = L.Trainer(accelerator=accelerator, devices=1, max_epochs=epochs, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, callbacks=[samples, checkpoints],
+                        default_root_dir=root)
+    trainer.fit(sampler, datamodule=data, ckpt_path=ckpt_path)
+    return sampler, samples
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_resumed_chain_on_cuda_equals_uninterrupted_chain(name, tmp_path):
+    """12 steps on the GPU == 6 steps, a checkpoint and 6 more: every state tensor of the
+    sampler (chains, particle weights, adapted step sizes) and every kept draw, bit for bit."""
+    full, full_samples = fit_with_checkpoints(name, tmp_path / "full", 12)
+    fit_with_checkpoints(name, tmp_path / "split", 6)
+    resumed, resumed_samples = fit_with_checkpoints(name, tmp_path / "split", 12,
+                                                    ckpt_path=tmp_path / "split" / "ckpt" / "last.ckpt")
+    assert full.global_step == resumed.global_step == 12
+    for key, value in full.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[key]), key
+    if name != "map":  # MAP keeps no draws
+        assert full_samples.trace().shape[1] == 7
+        assert torch.equal(full_samples.trace(), resumed_samples.trace())
+
+
+def test_cuda_checkpoint_resumes_on_the_cpu_with_a_new_stream_and_a_warning(tmp_path):
+    """A CUDA generator's state cannot be set on a CPU generator: the run resumes from the saved
+    chains with a stream seeded from the saved state, and says it will not repeat the GPU run."""
+    fit_small_regression(str(tmp_path / "split"), 3, "sghmc", "memory", accelerator="gpu")
+    with pytest.warns(UserWarning, match="another device type"):
+        resumed, _ = fit_small_regression(str(tmp_path / "split"), 6, "sghmc", "memory", accelerator="cpu",
+                                          ckpt_path=str(tmp_path / "split" / "ckpt" / "last.ckpt"))
+    assert resumed.global_step == 24 and torch.isfinite(resumed.chains.flat()).all()

@@ -52,6 +52,25 @@ def test_resumed_map_equals_uninterrupted_map(tmp_path):
     assert torch.equal(full.chains.flat(), resumed.chains.flat())
 
 
+def test_checkpoint_of_another_device_type_resumes_with_a_new_stream_and_a_warning(tmp_path):
+    """A CUDA run's generator state (16 bytes, Philox seed and offset) cannot be set on a CPU
+    generator: the chains go on from their saved state with a stream seeded from the saved one,
+    the same on every such resume, and a warning says the run will not repeat the original."""
+    fit(str(tmp_path / "split"), 3, "sgld", "memory")
+    checkpoint = torch.load(tmp_path / "split" / "ckpt" / "last.ckpt", weights_only=False)
+    saved = checkpoint["lit_bayes_generators"]
+    checkpoint["lit_bayes_generators"] = {name: torch.arange(16, dtype=torch.uint8) + i for i, name in enumerate(saved)}
+    torch.save(checkpoint, tmp_path / "from_cuda.ckpt")
+    resumed = []
+    for run in ("first", "second"):
+        with pytest.warns(UserWarning, match="'stepper' random stream was saved by a generator of another device"):
+            sampler, _ = fit(str(tmp_path / run), 6, "sgld", "memory", ckpt_path=str(tmp_path / "from_cuda.ckpt"))
+        resumed.append(sampler.chains.flat())
+    full, _ = fit(str(tmp_path / "full"), 6, "sgld", "memory")
+    assert torch.equal(resumed[0], resumed[1])
+    assert not torch.equal(resumed[0], full.chains.flat())
+
+
 @pytest.mark.parametrize("when", ["before_first_shard", "random"])
 def test_sigkill_keeps_shards_and_resume_has_no_gap_or_duplicate(when, tmp_path):
     reference, reference_samples = fit(str(tmp_path / "reference"), 6)

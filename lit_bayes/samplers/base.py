@@ -83,6 +83,25 @@ def _expected_input(model: nn.Module) -> str:
     return "another input shape"
 
 
+def restore_generator(gen: torch.Generator, state: Tensor, stream: str) -> None:
+    """Set ``gen`` to a checkpointed ``state``. A state from another kind of generator (a CUDA
+    run resumed on the CPU, or the reverse) cannot be set: the stream then goes on from a seed
+    drawn from the saved state, so it neither replays the run's first draws nor repeats the
+    uninterrupted run, and a warning says so."""
+    if state.numel() == gen.get_state().numel():
+        gen.set_state(state)
+        return
+    seed = int(np.random.default_rng(state.to(torch.uint8).cpu().numpy()).integers(2**62))
+    gen.manual_seed(seed)
+    rank_zero_warn(
+        f"the checkpoint's {stream!r} random stream was saved by a generator of another device type "
+        f"({state.numel()} state bytes, this {gen.device.type} generator has {gen.get_state().numel()}): "
+        "the chains continue from their saved state with a new stream seeded from the saved one, so this "
+        "run will not repeat the uninterrupted run bit for bit. Resume on the device type that wrote the "
+        "checkpoint to continue it exactly."
+    )
+
+
 class SamplerModule(L.LightningModule):
     """Base class of the sampler modules.
 
@@ -283,7 +302,7 @@ class SamplerModule(L.LightningModule):
         gen = self.stream_generator(stream)
         pending = self._pending_generator_states.pop(stream, None)
         if pending is not None:
-            gen.set_state(pending)
+            restore_generator(gen, pending, stream)
         self.generators[stream] = gen
         return gen
 
