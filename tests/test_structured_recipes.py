@@ -87,6 +87,20 @@ def test_recipe_runs_at_tiny_size(recipe, tmp_path):
     assert fit_cell(STRUCTURED / recipe, tmp_path / "run", ["--no-such-option"]) == summary  # finished: read back
 
 
+def test_toy_script_prints_each_column_verdict_and_says_when_one_is_not_ok(tmp_path, monkeypatch, capsys):
+    """Fig. 2's toy at a length far too short to converge: the table carries each run's verdict and a
+    loud line names the columns whose verdict is not ok."""
+    toy = load_recipe("toy_linear_regression", monkeypatch)
+    rows, _ = toy.main(["--methods", "SGLD,S_d-SGLD (ii)", "--steps", "40", "--burn-in", "10", "--chains", "2",
+                        "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert {row["verdict"] for row in rows.values()} <= {"ok", "warning", "failed"}
+    assert json.loads((tmp_path / "summary.json").read_text())["methods"]["SGLD"]["verdict"] == rows["SGLD"]["verdict"]
+    unsettled = [name for name, row in rows.items() if row["verdict"] != "ok"]
+    assert unsettled, "40 steps of 2 chains should not pass the health checks"
+    assert "NOT CONVERGED: the verdict of " + ", ".join(unsettled) in out
+
+
 def test_fit_cell_continues_an_interrupted_run_from_its_last_checkpoint(tmp_path, monkeypatch):
     """A cell stopped after its first epoch (its last.ckpt written, no finished summary) continues from
     that checkpoint on the next call and ends where an uninterrupted run ends; ``rerun`` starts afresh."""

@@ -10,7 +10,8 @@ deviations beside their targets: the exact posterior for SGLD, the optimum of Th
 partition (blocks independent, each with the inverse of its precision block) for S-SGLD and S_d-SGLD.
 The choices the paper leaves open are stated in ``toy_sd_sgld.yaml``. Fig. 2 holds no numbers;
 the paper's qualitative claims are printed beside ours. Writes ``<out>/summary.json`` and the
-scatter plots ``<out>/fig2.png``.
+scatter plots ``<out>/fig2.png``. Each column shows its run's health verdict; a line in capitals names the
+columns whose verdict is not ok (at the default length all five: their chains do not yet agree).
 
     python recipes/structured/toy_linear_regression.py [--steps 4000] [--out runs/structured/toy]
 """
@@ -153,7 +154,8 @@ def main(argv=None):
         metrics = summaries[name]["metrics"]
         rows[name] = {**summarise(trace, target), "target": "joint" if groups is None else f"optimum {groups}",
                       "ess_median": metrics.get("mixing/ess_median"), "iac_median": metrics.get("mixing/iac_median"),
-                      "wall_time_s": summaries[name]["wall_time_s"], "paper_claim": PAPER["claims"][name]}
+                      "wall_time_s": summaries[name]["wall_time_s"], "verdict": summaries[name]["health"]["verdict"],
+                      "paper_claim": PAPER["claims"][name]}
     exact = {"mean": mean.tolist(), "corr_w1_w2": corr(cov, 0, 1), "corr_w1_w3": corr(cov, 0, 2),
              "std": cov.diagonal().sqrt().tolist(), "mean_field_std": (1.0 / precision.diagonal()).sqrt().tolist()}
 
@@ -161,13 +163,17 @@ def main(argv=None):
     print("targets: SGLD the exact posterior; S-SGLD (i)/(ii) the optimum of Theorem 1/2 for that partition;")
     print("S_d-SGLD (rho = 0.5) lies between the two (it is shown beside the S optimum of its partition).")
     print(f"{'method':<14}{'corr(w1,w2) pooled/within/target':>34}{'corr(w1,w3) pooled/within/target':>34}"
-          f"  {'std w1 within/target':<22}{'ESS':>6}{'IAC':>7}{'time':>7}")
+          f"  {'std w1 within/target':<22}{'ESS':>6}{'IAC':>7}{'time':>7}  verdict")
     for name, row in rows.items():
         c12 = f"{row['corr_w1_w2']:+.2f} / {row['corr_w1_w2_within']:+.2f} / {row['target_corr_w1_w2']:+.2f}"
         c13 = f"{row['corr_w1_w3']:+.2f} / {row['corr_w1_w3_within']:+.2f} / {row['target_corr_w1_w3']:+.2f}"
         std = f"{row['std_within'][0]:.3f} / {row['target_std'][0]:.3f}"
         ess, iac = (float("nan") if v is None else v for v in (row["ess_median"], row["iac_median"]))
-        print(f"{name:<14}{c12:>34}{c13:>34}  {std:<22}{ess:>6.0f}{iac:>7.1f}{row['wall_time_s']:>6.0f}s")
+        print(f"{name:<14}{c12:>34}{c13:>34}  {std:<22}{ess:>6.0f}{iac:>7.1f}{row['wall_time_s']:>6.0f}s  {row['verdict']}")
+    unsettled = [name for name, row in rows.items() if row["verdict"] != "ok"]
+    if unsettled:
+        print(f"NOT CONVERGED: the verdict of {', '.join(unsettled)} is not ok (the reasons: each run's summary.json): "
+              "their correlations and stds are not yet those of their chains' law; run longer (--steps, --burn-in)")
     print("paper (Fig. 2, qualitative):")
     for name in methods:
         print(f"  {name:<14}{PAPER['claims'][name]}")
