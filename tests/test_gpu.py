@@ -94,13 +94,13 @@ def test_prior_draws_from_a_cpu_generator_land_on_cuda_unchanged():
     torch.testing.assert_close(cuda.cpu(), cpu)
 
 
-def fit_with_checkpoints(name, root, epochs, ckpt_path=None, accelerator="gpu"):
+def fit_with_checkpoints(name, root, epochs, ckpt_path=None):
     """``epochs`` full-batch steps of one of :data:`SAMPLERS`, a checkpoint after each."""
     torch.manual_seed(0)  # the networks' own init (OHSMC's psi starts from it)
     sampler, samples = SAMPLERS[name](), PosteriorSamples()
     data = LinearRegression(num_train=64, num_val=16, num_test=16, batch_size=None, seed=0)
     checkpoints = ModelCheckpoint(dirpath=root / "ckpt", save_last=True, every_n_epochs=1, save_on_train_epoch_end=True)
-    trainer = L.Trainer(accelerator=accelerator, devices=1, max_epochs=epochs, logger=False, enable_progress_bar=False,
+    trainer = L.Trainer(accelerator="gpu", devices=1, max_epochs=epochs, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, callbacks=[samples, checkpoints],
                         default_root_dir=root)
     trainer.fit(sampler, datamodule=data, ckpt_path=ckpt_path)

@@ -88,14 +88,15 @@ def restore_generator(gen: torch.Generator, state: Tensor, stream: str) -> None:
     run resumed on the CPU, or the reverse) cannot be set: the stream then goes on from a seed
     drawn from the saved state, so it neither replays the run's first draws nor repeats the
     uninterrupted run, and a warning says so."""
-    if state.numel() == gen.get_state().numel():
+    expected = gen.get_state().numel()
+    if state.numel() == expected:
         gen.set_state(state)
         return
     seed = int(np.random.default_rng(state.to(torch.uint8).cpu().numpy()).integers(2**62))
     gen.manual_seed(seed)
     rank_zero_warn(
         f"the checkpoint's {stream!r} random stream was saved by a generator of another device type "
-        f"({state.numel()} state bytes, this {gen.device.type} generator has {gen.get_state().numel()}): "
+        f"({state.numel()} state bytes, this {gen.device.type} generator has {expected}): "
         "the chains continue from their saved state with a new stream seeded from the saved one, so this "
         "run will not repeat the uninterrupted run bit for bit. Resume on the device type that wrote the "
         "checkpoint to continue it exactly."

@@ -169,7 +169,8 @@ def main(argv=None):
         c13 = f"{row['corr_w1_w3']:+.2f} / {row['corr_w1_w3_within']:+.2f} / {row['target_corr_w1_w3']:+.2f}"
         std = f"{row['std_within'][0]:.3f} / {row['target_std'][0]:.3f}"
         ess, iac = (float("nan") if v is None else v for v in (row["ess_median"], row["iac_median"]))
-        print(f"{name:<14}{c12:>34}{c13:>34}  {std:<22}{ess:>6.0f}{iac:>7.1f}{row['wall_time_s']:>6.0f}s  {row['verdict']}")
+        print(f"{name:<14}{c12:>34}{c13:>34}  {std:<22}{ess:>6.0f}{iac:>7.1f}{row['wall_time_s']:>6.0f}s"
+              f"  {row['verdict']}")
     unsettled = [name for name, row in rows.items() if row["verdict"] != "ok"]
     if unsettled:
         print(f"NOT CONVERGED: the verdict of {', '.join(unsettled)} is not ok (the reasons: each run's summary.json): "
