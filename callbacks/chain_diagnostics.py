@@ -244,7 +244,7 @@ class ChainDiagnostics(Callback):
         traces = self.global_traces()
         if "particle_ess" in traces:
             return self._particle_summary(traces)
-        return self._summarize(traces)
+        return self.summarize_traces(traces)
 
     @staticmethod
     def _particle_summary(traces: dict[str, Tensor]) -> dict[str, float]:
@@ -257,7 +257,8 @@ class ChainDiagnostics(Callback):
         }
 
     @staticmethod
-    def _summarize(traces: dict[str, Tensor]) -> dict[str, float]:
+    def summarize_traces(traces: dict[str, Tensor]) -> dict[str, float]:
+        """:meth:`summary_metrics` of the traces ``traces`` (chains, draws) by name."""
         usable = {
             name: trace
             for name, trace in traces.items()

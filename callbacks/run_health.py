@@ -1,6 +1,8 @@
 """``RunHealth``: the verdict of a fit (:mod:`lit_bayes.health`), printed, logged and summarised."""
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -94,6 +96,21 @@ class RunHealth(Callback):
         if self.health is None:
             self.health = assess(self.record(trainer, pl_module), self.thresholds)
         return self.health
+
+    def assess_last(self, trainer, pl_module, fraction: float) -> Health:
+        """The verdict of the last ``fraction`` of every trace (and of the draws), R-hat and ESS
+        computed again on that part: a run that keeps its draws from the first step (to show the
+        transient, as Exp. C of the noisy-Gibbs paper does) judged on its end instead."""
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+        record = self.record(trainer, pl_module)
+        traces = {name: trace[:, trace.shape[1] - math.ceil(fraction * trace.shape[1]):]
+                  for name, trace in record.traces.items()}
+        draws = math.ceil(fraction * record.draws_per_chain)
+        summary = ChainDiagnostics.summarize_traces(traces)
+        record = replace(record, traces=traces, draws_per_chain=draws, burn_in=max(record.burn_in, record.steps - draws * record.thinning),
+                         diagnostics={key[len(PREFIX):]: value for key, value in summary.items()})
+        return assess(record, self.thresholds)
 
     def on_fit_end(self, trainer, pl_module) -> None:
         self.assess_fit(trainer, pl_module)

@@ -59,6 +59,27 @@ def test_sampler_runs_on_cuda(name, tmp_path):
     assert torch.isfinite(torch.tensor(metrics["test/nlpd"]))
 
 
+class BatchesSeen(L.Callback):
+    def __init__(self):
+        self.inputs = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.inputs.append(batch[0])
+
+
+@pytest.mark.parametrize("batch_size", [None, 16])
+def test_a_full_batch_goes_to_cuda_once(batch_size, tmp_path):
+    """Full batch: every step gets the same CUDA tensors (copied once); minibatches: a new copy each step."""
+    seen = BatchesSeen()
+    data = LinearRegression(num_train=64, num_val=16, num_test=16, batch_size=batch_size, seed=0)
+    trainer = L.Trainer(accelerator="gpu", devices=1, max_steps=6, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, callbacks=[seen], default_root_dir=tmp_path)
+    trainer.fit(SAMPLERS["mala"](), datamodule=data)
+    assert len(seen.inputs) == 6 and all(x.is_cuda for x in seen.inputs)
+    distinct = len({id(x) for x in seen.inputs})
+    assert distinct == (1 if batch_size is None else 6)
+
+
 def test_map_baseline_fits_on_cuda_inside_the_test(tmp_path):
     baseline = MAPBaseline(steps=20)
     data = LinearRegression(num_train=64, num_val=16, num_test=16, batch_size=None, seed=0)

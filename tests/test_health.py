@@ -136,6 +136,22 @@ def conjugate_fit(tmp_path, burn_in, max_steps, **options):
     return health, json.loads((tmp_path / "summary.json").read_text())
 
 
+def test_assess_last_judges_the_end_of_the_traces_after_a_transient(monkeypatch):
+    """Chains that start apart and agree from half-way (a run keeping draws from its first step):
+    failed on every draw, ok on the last half, whose R-hat and ESS are computed again."""
+    trace = stationary(torch.Generator().manual_seed(3))
+    trace[:, : DRAWS // 2] += torch.arange(CHAINS, dtype=torch.float64)[:, None]  # the transient
+    whole = record(trace, steps=DRAWS, burn_in=0)
+    assert assess(whole).verdict == "failed" and "rhat" in codes(assess(whole))
+    monitor = RunHealth()
+    monkeypatch.setattr(monitor, "record", lambda trainer, module: whole)
+    health = monitor.assess_last(None, None, 0.5)
+    assert health.verdict == "ok", health.report()
+    assert health.draws_per_chain == DRAWS // 2 and health.draws_total == CHAINS * DRAWS // 2
+    with pytest.raises(ValueError, match="fraction"):
+        monitor.assess_last(None, None, 0.0)
+
+
 def test_a_converged_conjugate_run_is_ok_and_its_verdict_reaches_summary(tmp_path, capsys):
     health, summary = conjugate_fit(tmp_path, burn_in=0.25, max_steps=1200)
     assert health.health.verdict == "ok", health.health.report()

@@ -171,15 +171,24 @@ def test_exp_c_baselines_sample_the_papers_classical_posterior(name, tmp_path):
 
 
 def test_exp_c_script_runs_the_mala_baseline(tmp_path, monkeypatch, capsys):
-    """exp_c.py --sampler mala on 24 tiny MNIST images: exp_c_mlp_mala.yaml from step 1 under its own run name."""
+    """exp_c.py --sampler mala on 24 tiny MNIST images: exp_c_mlp_mala.yaml from step 1 under its own run name;
+    an argument the script does not know goes to lit-bayes (two chains here), and the health verdict of the
+    second half of the draws is printed and stored."""
     write_mnist(tmp_path / "data", "MNIST")
     exp_c = load_script("exp_c", RECIPES / "exp_c.py")
     monkeypatch.setattr(sys, "argv", ["exp_c.py", "--sampler", "mala", "--sweeps", "8", "--thinning", "2",
-                                      "--root", str(tmp_path / "data"), "--out", str(tmp_path / "runs")])
+                                      "--root", str(tmp_path / "data"), "--out", str(tmp_path / "runs"),
+                                      "--model.init_args.num_chains", "2"])
     exp_c.main()
-    assert "Exp. C (MLP, MALA)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Exp. C (MLP, MALA)" in out
     result = json.loads((tmp_path / "runs" / "exp_c_mlp_mala.json").read_text())
     assert result["sampler"] == "mala" and result["sweeps"] == 8 and len(result["trace"]) == 4
+    (summary_path,) = (tmp_path / "runs" / "mlp_mala").rglob("summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["health"]["chains"] == 2 and result["verdict_all_draws"] == summary["health"]["verdict"]
+    assert f"health verdict of the last 0.5 of the draws (2 chain(s), 2 draws each): {result['verdict']}" in out
+    assert "too_few_draws" in " ".join(result["verdict_reasons"])  # 2 draws a chain in the second half
     (summary_path,) = (tmp_path / "runs" / "mlp_mala").rglob("summary.json")
     summary = json.loads(summary_path.read_text())
     assert summary["sampler"] == "MALA" and 0.0 < summary["metrics"]["accept/overall"] <= 1.0

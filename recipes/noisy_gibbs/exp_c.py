@@ -7,6 +7,8 @@ accuracies.
     python recipes/noisy_gibbs/exp_c.py --model mlp --sweeps 80000 --resume    # continue the same chain
     python recipes/noisy_gibbs/exp_c.py --model mlp --sampler mala             # the MALA baseline
     python recipes/noisy_gibbs/exp_c.py --model cnn --num-train 10000          # a seeded 10,000-image subset
+    python recipes/noisy_gibbs/exp_c.py --sampler hmc --model.init_args.num_chains 4 --trainer.accelerator gpu
+                                                   # other arguments go to lit-bayes: 4 chains for R-hat
 
 It runs ``exp_c_<model>.yaml`` (Gibbs: zero init, Delta = 2 for the MLP, 100 for the CNN) or
 ``exp_c_<model>_<sampler>.yaml`` (HMC, MALA: the paper's fixed steps and starts, classical Delta = 2 and 10)
@@ -20,7 +22,11 @@ per-sample test accuracy of the paper's released logs (MLP: Gibbs 0.91, MALA 0.9
 ~100 s; its hardware is not stated). The accuracy of the predictive averaged over all kept draws is the
 run's ``test/accuracy``. Everything goes to ``exp_c_<run>.json`` under ``--out``, ``<run>`` being the
 config's name without ``exp_c_``, with ``_n<N>`` appended for a ``--num-train N`` subset (a reduction of the
-paper's full 60,000-image batch, stated in the JSON as ``num_train``; the test set is unchanged).
+paper's full 60,000-image batch, stated in the JSON as ``num_train``; the test set is unchanged). The trace
+is chain 0's. The health verdict (over all the run's chains, with R-hat when it has several) is that of the
+last ``--verdict-last`` fraction of the kept draws (default the second half), the draws before it being the
+transient the trace shows; it is printed with its reasons and stored as ``verdict`` (``verdict_all_draws``:
+that of every kept draw, as the run's summary.json has it).
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from lit_bayes.callbacks import PosteriorSamples
+from lit_bayes.callbacks import PosteriorSamples, RunHealth
 from lit_bayes.cli import LitBayesCLI, fit_and_test, last_checkpoint, run_summary
 from lit_bayes.predictive import marginal_predictive, uniform_log_weights
 
@@ -82,13 +88,17 @@ def main() -> None:
     parser.add_argument("--root", default="data", help="the folder holding MNIST/raw")
     parser.add_argument("--out", default="runs/noisy_gibbs_exp_c")
     parser.add_argument("--resume", action="store_true", help="continue the chain from its last.ckpt under --out")
-    args = parser.parse_args()
+    parser.add_argument("--verdict-last", type=float, default=0.5,
+                        help="the health verdict is of this last fraction of the kept draws (the rest: the transient)")
+    args, extra = parser.parse_known_args()  # the rest goes to lit-bayes, e.g. --model.init_args.num_chains 4
     default_sweeps, default_thinning = DEFAULT_LENGTH[args.sampler]
     args.sweeps = default_sweeps if args.sweeps is None else args.sweeps
     args.thinning = default_thinning if args.thinning is None else args.thinning
     for name in ("sweeps", "thinning", "test_images", "num_train"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0.0 < args.verdict_last <= 1.0:
+        parser.error(f"--verdict-last must be in (0, 1], got {args.verdict_last}")
     if args.sweeps < 4 * args.thinning:
         parser.error(f"--sweeps {args.sweeps} keeps fewer than 4 draws at --thinning {args.thinning}")
     config = args.model if args.sampler == "gibbs" else f"{args.model}_{args.sampler}"
@@ -102,32 +112,40 @@ def main() -> None:
         "--model.init_args.burn_in", "0", "--model.init_args.thinning", str(args.thinning),
         "--samples.max_draws", str(math.ceil(args.sweeps / args.thinning)),
         "--checkpoint.every_n_epochs", str(min(args.sweeps, 4 * args.thinning)),
-        "--trainer.default_root_dir", str(root)],
+        "--trainer.default_root_dir", str(root), *extra],
         ckpt_path=checkpoint)
     summary = run_summary(cli)
+    (monitor,) = [c for c in cli.trainer.callbacks if isinstance(c, RunHealth)]
+    health = monitor.assess_last(cli.trainer, cli.model, args.verdict_last)
     accuracy = draw_accuracies(cli, args.test_images)
     ran = summary["steps"] - start  # this process's sweeps: their time (with the test's) gives the time axis
     seconds_per_sweep = summary["wall_time_segment_s"] / ran if ran > 0 else None
     sweeps = [1 + i * args.thinning for i in range(len(accuracy))]  # SamplerModule.is_sample_step, burn-in 0
-    quarter = len(accuracy) // 4
-    third, last = (sum(part) / len(part) for part in (accuracy[2 * quarter:3 * quarter], accuracy[-quarter:]))
+    quarter = len(accuracy) // 4  # 0 when a run stopped early (--trainer.max_time) kept fewer than 4 draws
+    third, last = (sum(part) / len(part) if quarter else None
+                   for part in (accuracy[2 * quarter:3 * quarter], accuracy[-quarter:]))
     paper = PAPER[args.model]
     result = {"model": args.model, "sampler": args.sampler, "num_train": len(cli.datamodule.train_data),
               "sweeps": summary["steps"],
               "seconds_per_sweep": seconds_per_sweep,
               "trace": [{"sweep": s, "accuracy": a} for s, a in zip(sweeps, accuracy)],
-              "third_quarter": third, "last_quarter": last, "stationary": abs(last - third) <= args.tolerance,
-              "predictive_accuracy": summary["metrics"]["test/accuracy"], "paper": paper}
+              "third_quarter": third, "last_quarter": last, "stationary": abs(last - third) <= args.tolerance if quarter else None,
+              "predictive_accuracy": summary["metrics"]["test/accuracy"], "verdict": health.verdict,
+              "verdict_reasons": [f"{r.code}: {r.message}" for r in health.reasons],
+              "verdict_all_draws": summary["health"]["verdict"], "paper": paper}
     print(f"\nExp. C ({args.model.upper()}, {SAMPLERS[args.sampler]}): test accuracy of the kept draws on the first "
           f"{min(args.test_images, len(cli.datamodule.test_data))} test images")
     print(f"{'step':>8} {'~seconds':>9} {'accuracy':>9}")
     for i in log_spaced(len(accuracy)):
         seconds = f"{sweeps[i] * seconds_per_sweep:.0f}" if seconds_per_sweep else "-"
         print(f"{sweeps[i]:>8} {seconds:>9} {accuracy[i]:>9.4f}")
-    print(f"third / last quarter of the draws: {third:.4f} / {last:.4f} "
-          f"({'stationary' if result['stationary'] else 'not stationary'} at tolerance {args.tolerance}); "
-          f"predictive over all draws ({len(cli.datamodule.test_data)} test images): "
+    stationarity = (f"third / last quarter of the draws: {third:.4f} / {last:.4f} "
+                    f"({'stationary' if result['stationary'] else 'not stationary'} at tolerance {args.tolerance})"
+                    if quarter else f"{len(accuracy)} draws kept, fewer than 4: stationarity not assessed")
+    print(f"{stationarity}; predictive over all draws ({len(cli.datamodule.test_data)} test images): "
           f"{result['predictive_accuracy']:.4f}")
+    print(f"health verdict of the last {args.verdict_last:g} of the draws ({health.chains} chain(s), "
+          f"{health.draws_per_chain} draws each): {health.verdict}" + "".join(f"\n  {r}" for r in result["verdict_reasons"]))
     print(f"paper (released logs, stationary): Gibbs {paper['gibbs']}, MALA {paper['mala']}, HMC {paper['hmc']}; "
           f"stationary after ~{paper['stationary_s']['gibbs']} s (Gibbs), "
           f"~{paper['stationary_s']['hmc']} s (HMC, MALA)")
