@@ -34,6 +34,7 @@ import torch
 from plain_forward import median_seconds, plain_forward
 
 from lit_bayes.models.noisy_mlp import NoisyMLP
+from lit_bayes.row_products import cpu_vendor, transposed_is_faster
 from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
 
 EXP_A = dict(widths=[50, 10, 1], delta=1e-4, output="regression", n=2084)
@@ -84,6 +85,8 @@ def main() -> None:
     print(f"NoisyGibbs, 1 chain, {args.dtype}, {args.threads} threads, medians of {args.sweeps} repeats after 2 "
           "warm-ups (MNIST: a quarter); fwd = one plain full-batch forward + summed loss (plain_forward.py), "
           "timed in turn with the sweep")
+    print(f"CPU vendor {cpu_vendor() or 'unknown'}: first-layer row products in the "
+          f"{'transposed' if transposed_is_faster(torch.device('cpu')) else 'plain'} orientation (lit_bayes.row_products)")
     header = f"{'case':>10} {'n':>6} {'fwd ms':>8} {'sweep ms':>9} {'step ms':>8} {'sweep/fwd':>10} {'step/fwd':>9}"
     print(header)
     rows = []
