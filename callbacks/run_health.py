@@ -108,7 +108,8 @@ class RunHealth(Callback):
                   for name, trace in record.traces.items()}
         draws = math.ceil(fraction * record.draws_per_chain)
         summary = ChainDiagnostics.summarize_traces(traces)
-        record = replace(record, traces=traces, draws_per_chain=draws, burn_in=max(record.burn_in, record.steps - draws * record.thinning),
+        record = replace(record, traces=traces, draws_per_chain=draws,
+                         burn_in=max(record.burn_in, record.steps - draws * record.thinning),
                          diagnostics={key[len(PREFIX):]: value for key, value in summary.items()})
         return assess(record, self.thresholds)
 

@@ -4,7 +4,8 @@ The product of n rows ``(…, n, d)`` with a small weight ``(…, k, d)`` can be
 or as ``(weight @ rows^T)^T``, the n rows then on the long output axis. Which is faster depends on the BLAS
 kernels torch's MKL picks for the processor, measured side by side on one thread (float32):
 
-- AMD EPYC (Zen3, AVX2): the transposed form, several times faster for the noisy-Gibbs first layer;
+- AMD EPYC (Zen3, AVX2): the transposed form, several times faster for the noisy-Gibbs first layer (measured
+  in an earlier session, when the sampler's products were written that way);
 - Intel Xeon (AVX-512): the plain form, 1.9x faster for the MNIST first layer (60,000 x 784 rows, k = 12:
   43 against 81 ms), and faster for every smaller layer measured.
 

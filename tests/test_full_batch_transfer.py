@@ -41,7 +41,8 @@ def test_batches_outside_training_move_every_time():
     module.trainer.training = False
     module.trainer.validating = True
     x, y = torch.randn(8, 3), torch.randn(8, 1)
-    assert module.transfer_batch_to_device((x, y), META, 0)[0] is not module.transfer_batch_to_device((x, y), META, 0)[0]
+    first, again = (module.transfer_batch_to_device((x, y), META, 0) for _ in range(2))
+    assert first[0] is not again[0]
 
 
 def test_an_unchanged_batch_is_checked_once_and_a_modified_one_again(monkeypatch):

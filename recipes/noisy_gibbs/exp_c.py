@@ -129,7 +129,8 @@ def main() -> None:
               "sweeps": summary["steps"],
               "seconds_per_sweep": seconds_per_sweep,
               "trace": [{"sweep": s, "accuracy": a} for s, a in zip(sweeps, accuracy)],
-              "third_quarter": third, "last_quarter": last, "stationary": abs(last - third) <= args.tolerance if quarter else None,
+              "third_quarter": third, "last_quarter": last,
+              "stationary": abs(last - third) <= args.tolerance if quarter else None,
               "predictive_accuracy": summary["metrics"]["test/accuracy"], "verdict": health.verdict,
               "verdict_reasons": [f"{r.code}: {r.message}" for r in health.reasons],
               "verdict_all_draws": summary["health"]["verdict"], "paper": paper}
@@ -144,8 +145,9 @@ def main() -> None:
                     if quarter else f"{len(accuracy)} draws kept, fewer than 4: stationarity not assessed")
     print(f"{stationarity}; predictive over all draws ({len(cli.datamodule.test_data)} test images): "
           f"{result['predictive_accuracy']:.4f}")
+    reasons = "".join(f"\n  {reason}" for reason in result["verdict_reasons"])
     print(f"health verdict of the last {args.verdict_last:g} of the draws ({health.chains} chain(s), "
-          f"{health.draws_per_chain} draws each): {health.verdict}" + "".join(f"\n  {r}" for r in result["verdict_reasons"]))
+          f"{health.draws_per_chain} draws each): {health.verdict}{reasons}")
     print(f"paper (released logs, stationary): Gibbs {paper['gibbs']}, MALA {paper['mala']}, HMC {paper['hmc']}; "
           f"stationary after ~{paper['stationary_s']['gibbs']} s (Gibbs), "
           f"~{paper['stationary_s']['hmc']} s (HMC, MALA)")
