@@ -50,6 +50,10 @@ def test_exp_a_script_prints_ours_beside_the_paper(tmp_path):
     table = json.loads((tmp_path / "exp_a.json").read_text())
     assert table["zeros"]["steps"] == 20 and table["zeros"]["paper"]["informed_test_mse"] == 1.5e-4
     assert table["zeros"]["ours"]["records"] == 11.0 and table["zeros"]["trace"][0][0] == 0
+    verdict = table["zeros"]["verdict"]
+    (summary,) = (tmp_path / "zeros").glob("summary.json")
+    assert verdict in ("ok", "warning", "failed") and verdict == json.loads(summary.read_text())["health"]["verdict"]
+    assert f"zeros: health verdict {verdict}" in result.stdout
 
 
 def run_exp_a(*args: str) -> dict:
@@ -66,7 +70,7 @@ def test_exp_a_script_reports_from_a_checkpoint_and_resumes_exactly(tmp_path):
     first = run_exp_a("--steps", "20", "--root", split)
     reported = run_exp_a("--report", "--root", split)
     assert reported["steps"] == 20 and reported["checkpoint"].endswith("last.ckpt")
-    assert reported["ours"] == first["ours"]
+    assert reported["ours"] == first["ours"] and reported["verdict"] is None and first["verdict"] is not None
     (checkpoint,) = (tmp_path / "split" / "zeros").glob("version_*/checkpoints/last.ckpt")
     chains = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
     norms = [[float(w1.norm()), float(w2.norm())] for w1, w2 in zip(chains["chains.net__layers__0__weight"],

@@ -16,7 +16,8 @@ informed at the teacher, the others uninformed) and reads ``thermalization/*`` f
 ``summary.json`` and the test-MSE traces from its ``metrics.csv``. It prints the informed test MSE,
 the uninformed chains' last test MSE, the teacher-student merge step, the R-hat and score steps, and a
 short log-spaced trace, beside the paper's values (informed ~1.5e-4; zero init merges at ~1e5 sweeps;
-random inits stay on a plateau ~1e-3, App. B / [code data]), and writes ``exp_a.json`` with every cell.
+random inits stay on a plateau ~1e-3, App. B / [code data]), each run's health verdict (its summary.json's:
+every chain, the informed one included, after the burn-in), and writes ``exp_a.json`` with every cell.
 ``--data released`` swaps the recipe's random teacher for the one of the paper's runs, redrawn from
 the seeds of its released script (``released_teacher.py``), for a like-for-like comparison with
 the released logs.
@@ -168,8 +169,11 @@ def fit(directory: Path, cfg: dict, resume: bool) -> dict:
                "--trainer.default_root_dir", str(directory), "--summary.directory", str(directory),
                *(["--ckpt_path", str(checkpoint)] if checkpoint else [])])
     summary = json.loads((directory / "summary.json").read_text())
+    health = summary.get("health", {})
     return {"steps": summary["steps"], "wall_time_s": summary["wall_time_s"],
-            "ours": {k.split("/", 1)[1]: v for k, v in summary["metrics"].items() if k.startswith("thermalization/")}}
+            "ours": {k.split("/", 1)[1]: v for k, v in summary["metrics"].items() if k.startswith("thermalization/")},
+            "verdict": health.get("verdict"), "verdict_reasons": [f"{r['code']}: {r['message']}"
+                                                                  for r in health.get("reasons", [])]}
 
 
 def report(recorded: Recorded | None, directory: Path) -> dict:
@@ -179,7 +183,8 @@ def report(recorded: Recorded | None, directory: Path) -> dict:
         raise SystemExit(f"--report: no version_*/checkpoints/last.ckpt under {directory}")
     metrics = recorded.check.summary_metrics()
     return {"steps": recorded.step, "wall_time_s": None, "checkpoint": str(recorded.checkpoint),
-            "ours": {k.split("/", 1)[1]: v if math.isfinite(v) else None for k, v in metrics.items()}}
+            "ours": {k.split("/", 1)[1]: v if math.isfinite(v) else None for k, v in metrics.items()},
+            "verdict": None, "verdict_reasons": []}  # the health verdict is assessed when a fit ends
 
 
 def show(value) -> str:
@@ -230,6 +235,9 @@ def main() -> None:
             cells[COLUMNS.index("rhat_step")] = "n/a (read)"
         print(f"{init:>6} {result['steps']:>7} {'ours':>6} " + " ".join(f"{c:>20}" for c in cells))
         print(f"{'':>6} {'':>7} {'paper':>6} " + " ".join(f"{show(result['paper'][c]):>20}" for c in COLUMNS))
+    for init, result in results.items():  # over all chains, the informed one included, after the burn-in
+        verdict = result["verdict"] or "not assessed (--report: assessed when a fit ends)"
+        print(f"{init}: health verdict {verdict}" + "".join(f"\n  {r}" for r in result["verdict_reasons"]))
     for init, result in results.items():
         released = " | released logs: sweep, informed, uninformed" if args.data == "released" else ""
         took = f"{result['wall_time_s']:.0f} s" if result["wall_time_s"] is not None else result["checkpoint"]
