@@ -2,6 +2,9 @@
 accelerator once and is checked once; anything else is moved and checked every time."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import lightning as L
 import pytest
 import torch
@@ -58,3 +61,24 @@ def test_an_unchanged_batch_is_checked_once_and_a_modified_one_again(monkeypatch
         module.check_batch((x, y))
     with pytest.raises(ValueError, match="NaN or infinite"):  # a failed check is not kept
         module.check_batch((x, y))
+
+
+FIT_WITH_A_DATAMODULE = """
+import lightning as L
+from torch import nn
+from lit_bayes import SGMCMC, Gaussian
+from lit_bayes.data import LinearRegression
+trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False, limit_val_batches=0)
+module = SGMCMC(nn.Linear(3, 1), Gaussian(1.0), stepper="sgld", step_size=1e-3, num_chains=2, seed=0)
+trainer.fit(module, datamodule=LinearRegression(num_train=16, num_val=4, num_test=4, batch_size=None))
+print("fitted")
+"""
+
+
+def test_fitting_with_a_datamodule_does_not_warn_about_the_overridden_hook(tmp_path):
+    """Lightning notes that a module overriding ``transfer_batch_to_device`` leaves a DataModule's hook unused;
+    the override is the library's own, so the note is not shown (a fresh process, every warning shown)."""
+    result = subprocess.run([sys.executable, "-W", "default", "-c", FIT_WITH_A_DATAMODULE], cwd=tmp_path,
+                            capture_output=True, text=True, check=True)
+    assert "fitted" in result.stdout and "transfer_batch_to_device" not in result.stderr

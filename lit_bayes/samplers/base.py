@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from typing import Any, Literal
 
 import lightning as L
@@ -27,6 +28,11 @@ from lit_bayes.unchanged import DerivedFrom
 from lit_bayes.validation import check_int, check_interval, check_optional_int
 
 __all__ = ["SamplerModule"]
+
+# SamplerModule overrides Lightning's transfer hook on purpose (its full-batch cache); Lightning's note that a
+# DataModule passed to fit therefore has its hook unused (the library's have none) is no news to a user
+warnings.filterwarnings("ignore", r"You have overridden `transfer_batch_to_device` in `LightningModule` but have "
+                                  r"passed in a `LightningDataModule`")
 
 _GENERATORS_KEY = "lit_bayes_generators"
 _LEGACY_GENERATOR_KEYS = {"stepper": "lit_bayes_generator_state", "structure": "lit_bayes_structure_generator_state"}
