@@ -123,6 +123,9 @@ def test_exp_c_script_scores_every_kept_draw_and_resumes_the_chain(tmp_path, mon
     resumed = json.loads((tmp_path / "runs" / "exp_c_mlp.json").read_text())
     assert resumed["sweeps"] == 12 and [row["sweep"] for row in resumed["trace"]] == [1, 3, 5, 7, 9, 11]
     assert [row["accuracy"] for row in resumed["trace"][:4]] == accuracy
+    exp_c.main()  # the finished chain reported again: no sweep runs, the time axis is the run's average
+    again = json.loads((tmp_path / "runs" / "exp_c_mlp.json").read_text())
+    assert again["sweeps"] == 12 and again["trace"] == resumed["trace"] and again["seconds_per_sweep"] > 0
 
     monkeypatch.setattr(sys, "argv", [*command, "--sweeps", "8", "--num-train", "12"])
     exp_c.main()

@@ -118,8 +118,10 @@ def main() -> None:
     (monitor,) = [c for c in cli.trainer.callbacks if isinstance(c, RunHealth)]
     health = monitor.assess_last(cli.trainer, cli.model, args.verdict_last)
     accuracy = draw_accuracies(cli, args.test_images)
-    ran = summary["steps"] - start  # this process's sweeps: their time (with the test's) gives the time axis
-    seconds_per_sweep = summary["wall_time_segment_s"] / ran if ran > 0 else None
+    ran = summary["steps"] - start  # this process's sweeps: their time (with the test's) gives the time axis;
+    # a resume that ran none (to report a finished chain again) takes the average over the run's segments
+    seconds_per_sweep = (summary["wall_time_segment_s"] / ran if ran > 0
+                         else summary["wall_time_s"] / summary["steps"] if summary["steps"] else None)
     sweeps = [1 + i * args.thinning for i in range(len(accuracy))]  # SamplerModule.is_sample_step, burn-in 0
     quarter = len(accuracy) // 4  # 0 when a run stopped early (--trainer.max_time) kept fewer than 4 draws
     third, last = (sum(part) / len(part) if quarter else None
