@@ -126,7 +126,7 @@ class RunHealth(Callback):
             if isinstance(logger, WandbLogger):
                 logger.experiment.summary.update({
                     "health/verdict": self.health.verdict,
-                    "health/reasons": [f"{r.code}: {r.message}" for r in self.health.reasons],
+                    "health/reasons": self.health.reason_lines(),
                 })
 
     def summary_section(self, trainer, pl_module) -> dict[str, Any]:

@@ -72,6 +72,10 @@ class Health:
         """0 ok, 1 warning, 2 failed (for loggers that take numbers only)."""
         return VERDICTS.index(self.verdict)
 
+    def reason_lines(self) -> list[str]:
+        """One ``"code: message"`` line per reason (for run summaries and tables)."""
+        return [f"{reason.code}: {reason.message}" for reason in self.reasons]
+
     def report(self) -> str:
         """A short console summary: the verdict, then each reason with its advice."""
         lines = [f"Posterior health: {self.verdict.upper()} ({self.chains} chain(s), {self.draws_per_chain} draw(s) "

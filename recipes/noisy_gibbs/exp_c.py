@@ -134,7 +134,7 @@ def main() -> None:
               "third_quarter": third, "last_quarter": last,
               "stationary": abs(last - third) <= args.tolerance if quarter else None,
               "predictive_accuracy": summary["metrics"]["test/accuracy"], "verdict": health.verdict,
-              "verdict_reasons": [f"{r.code}: {r.message}" for r in health.reasons],
+              "verdict_reasons": health.reason_lines(),
               "verdict_all_draws": summary["health"]["verdict"], "paper": paper}
     print(f"\nExp. C ({args.model.upper()}, {SAMPLERS[args.sampler]}): test accuracy of the kept draws on the first "
           f"{min(args.test_images, len(cli.datamodule.test_data))} test images")
