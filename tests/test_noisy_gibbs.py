@@ -15,7 +15,7 @@ from torch import nn
 from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, UncertaintyMetrics
 from lit_bayes.data import LinearRegression
 from lit_bayes.data.teacher_student import TeacherStudent
-from lit_bayes.models.noisy_mlp import MultinomialProbit, NoisyMLP
+from lit_bayes.models.noisy_mlp import MultinomialProbit, NoisyMLP, _log_normal_cdf
 from lit_bayes.samplers.noisy_gibbs import CanonicalBatch, NoisyGibbs, canonical_order
 from lit_bayes.steppers.noisy_gibbs import LinearGaussianConditional, NoisyGibbsStepper, sample_bias
 from tests.gaussian_targets import KS_P_MIN, assert_gaussian_draws, assert_matches_gaussian, conjugate_linear_regression
@@ -218,6 +218,32 @@ def test_multinomial_probit_likelihood():
     frequency = torch.bincount(noisy.argmax(-1), minlength=4) / 200_000
     probs = MultinomialProbit(4, 0.3).class_log_probs(scores[None]).exp()[0]
     assert (probs - frequency).abs().max() < 4.5 * math.sqrt(0.25 / 200_000)
+
+
+def test_multinomial_probit_log_likelihood_is_the_probit():
+    """The per-point log-likelihood (``forward``, ``log_prob_``, ``log_prob_units``: what HMC's energy and the
+    NLPD read) is log P(argmax(omega + eps) = y), the probit's, not the softmax of the scores (Categorical's):
+    Monte Carlo frequencies of each point's label."""
+    scores = torch.tensor([[0.5, -0.2, 0.1, 0.9], [1.5, 0.0, -1.0, 0.2], [0.0, 0.1, 0.0, -0.3]], dtype=torch.float64)
+    labels = torch.tensor([0, 0, 3])
+    likelihood = MultinomialProbit(4, 0.3)
+    noisy = scores + math.sqrt(0.3) * torch.randn(200_000, 3, 4, generator=gen(7), dtype=torch.float64)
+    frequency = (noisy.argmax(-1) == labels).double().mean(0)
+    log_lik = likelihood(scores, labels)
+    assert (log_lik.exp() - frequency).abs().max() < 4.5 * math.sqrt(0.25 / 200_000), (log_lik.exp(), frequency)
+    torch.testing.assert_close(log_lik, likelihood.class_log_probs(scores)[torch.arange(3), labels])
+    torch.testing.assert_close(likelihood.log_prob_(scores.clone(), labels), log_lik)
+    torch.testing.assert_close(likelihood.log_prob_units(scores.unbind(-1), labels), log_lik)
+
+
+def test_probit_log_normal_cdf_matches_log_ndtr_with_finite_gradients():
+    """The quadrature's log Phi (erfc and log, log_ndtr below DEEP) against torch's log_ndtr on both sides of
+    DEEP and far into both tails, values and gradients."""
+    a = torch.linspace(-60.0, 40.0, 20_001, dtype=torch.float64, requires_grad=True)
+    ours, reference = _log_normal_cdf(a), torch.special.log_ndtr(a)
+    torch.testing.assert_close(ours, reference, rtol=1e-13, atol=1e-15)
+    (grad,), (expected,) = torch.autograd.grad(ours.sum(), a), torch.autograd.grad(reference.sum(), a)
+    torch.testing.assert_close(grad, expected, rtol=1e-10, atol=1e-15)
 
 
 def test_canonical_order_is_invariant_to_permutations():

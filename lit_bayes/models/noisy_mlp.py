@@ -46,6 +46,21 @@ def _per_layer(name: str, value: float | Sequence[float] | None, count: int,
     return [check_positive(f"{name}[{i}]", v) for i, v in enumerate(values)]
 
 
+DEEP = -37.0  # below this, Phi(a) leaves float64's normal range
+
+
+def _log_normal_cdf(a: Tensor) -> Tensor:
+    """log Phi(a) = log(erfc(-a / sqrt 2) / 2), within ~1e-16 absolute (relative for a < 0), differentiable;
+    ``log_ndtr`` below ``DEEP``, where erfc underflows. Two vectorised calls: torch's ``log_ndtr`` took
+    ~7x longer on CPU (float64, 737k values: 27 against 4 ms). The clamp, past DEEP, keeps erfc positive
+    (and the gradient finite) where log_ndtr's value replaces it."""
+    result = torch.log(torch.special.erfc((a * -math.sqrt(0.5)).clamp(max=26.5)) * 0.5)
+    if bool(a.detach().min() < DEEP):
+        deep = (a < DEEP).nonzero(as_tuple=True)
+        result = result.index_put(deep, log_ndtr(a[deep]))
+    return result
+
+
 class MultinomialProbit(Categorical):
     """p(y = k | omega) = P(argmax_a (omega_a + eps_a) = k), eps ~ N(0, noise_var I) (App. E.4).
 
@@ -67,12 +82,20 @@ class MultinomialProbit(Categorical):
             raise ValueError(f"output has {output.shape[-1]} scores, MultinomialProbit expects {self.num_classes}")
         scaled = output.double() / math.sqrt(self.noise_var)
         gaps = scaled.unsqueeze(-1) - scaled.unsqueeze(-2)  # (..., k, j): omega_k - omega_j
+        shifts = self.log_weights - log_ndtr(self.nodes)  # the j = k term is log Phi(node), removed again
         total = None
-        for node, log_weight in zip(self.nodes, self.log_weights):
-            # the j = k term is log Phi(node), removed again
-            term = log_weight + log_ndtr(gaps + node).sum(-1) - log_ndtr(node)
+        for node, shift in zip(self.nodes, shifts):
+            term = _log_normal_cdf(gaps + node).sum(-1) + shift
             total = term if total is None else torch.logaddexp(total, term)
         return (total - total.logsumexp(-1, keepdim=True)).to(output.dtype)
+
+    def _log_prob(self, output: Tensor, target: Tensor, overwrite: bool) -> Tensor:
+        """log p(y | omega), the label's entry of :meth:`class_log_probs` (``forward`` and ``log_prob_``; nothing
+        to overwrite). Categorical's own would be the softmax of the scores, not the probit."""
+        self.check_shapes(output, target)
+        return self.target_logits(self.class_log_probs(output), target)
+
+    log_prob_units = Likelihood.log_prob_units  # the units stacked into one output, then ``forward``
 
 
 class NoisyMLP(nn.Module):
