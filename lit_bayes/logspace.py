@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["exp", "exp2", "logsumexp", "logsumexp_units", "sigmoid"]
+__all__ = ["exp2", "logsumexp", "logsumexp_units", "sigmoid"]
 
 LOG2E = 1.0 / math.log(2.0)
 # 2^f on [-1/2, 1/2] by its Taylor polynomial: (ln 2)^k / k!, k = 0..6 (truncation below 2e-8, relative)
@@ -42,11 +42,6 @@ def logsumexp_units(units: Sequence[Tensor]) -> Tensor:
     largest = torch.finfo(units[0].dtype).max
     m = functools.reduce(torch.maximum, units).clamp(-largest, largest)
     return functools.reduce(torch.add, [exp2((u - m) * LOG2E) for u in units]).log() + m
-
-
-def exp(x: Tensor) -> Tensor:
-    """``exp(x)`` as ``2^(x log2 e)``, in a new tensor."""
-    return (x * LOG2E).exp2_()
 
 
 def exp2(x: Tensor) -> Tensor:

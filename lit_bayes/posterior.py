@@ -83,6 +83,12 @@ class Likelihood(nn.Module):
         (:mod:`lit_bayes.fused_tail`); here the units are stacked into one output."""
         return self(torch.stack(list(units), dim=-1), target)
 
+    def class_log_probs_and_entropy(self, output: Tensor) -> tuple[Tensor, Tensor]:
+        """Classification likelihoods: ``class_log_probs(output)`` ``(..., B, C)`` and the entropy
+        H = -sum_c p_c log p_c of each point's class distribution, ``(..., B)``."""
+        log_probs = self.class_log_probs(output)
+        return log_probs, -torch.exp(log_probs).mul_(log_probs).sum(-1)
+
     def check_target(self, target: Tensor, name: str = "target") -> None:
         """Raise ``ValueError`` naming ``name`` if ``target`` is not valid for this likelihood."""
         if target.dim() != 1:
@@ -146,6 +152,18 @@ class Categorical(Likelihood):
         """Log-probabilities of every class, shape ``(..., B, num_classes)``."""
         self._check_logits(output)
         return output - logsumexp(output, -1, keepdim=True)  # = log_softmax, several times faster on CPU
+
+    def class_log_probs_and_entropy(self, output: Tensor) -> tuple[Tensor, Tensor]:
+        """Both from one pass of exponentials e_c = exp(z_c - m), m = max_c z_c, S = sum_c e_c:
+        log p_c = z_c - m - log S and H = log S - sum_c e_c (z_c - m) / S."""
+        self._check_logits(output)
+        largest = torch.finfo(output.dtype).max
+        shifted = output - output.amax(-1, keepdim=True).clamp(-largest, largest)
+        exponentials = torch.exp(shifted)
+        total = exponentials.sum(-1, keepdim=True)
+        log_total = total.log()
+        entropy = log_total - exponentials.mul_(shifted).sum(-1, keepdim=True).div_(total)
+        return shifted.sub_(log_total), entropy.squeeze(-1)
 
     def forward(self, output: Tensor, target: Tensor) -> Tensor:
         return self._log_prob(output, target, overwrite=False)

@@ -102,11 +102,14 @@ def classification_problem(name, seed=0):
 
 
 # ------------------------------------------------------------------ vectorised == loop
+@pytest.mark.parametrize("vectorize", [True, False], ids=["class_major", "point_major"])
 @pytest.mark.parametrize("weighting", ["uniform", "weighted"])
 @pytest.mark.parametrize("chunk_size", [1, 7, NUM_SAMPLES, None])
 @pytest.mark.parametrize("name", sorted(CLASSIFIERS))
-def test_classification_marginal_equals_loop(name, chunk_size, weighting):
+def test_classification_marginal_equals_loop(name, chunk_size, weighting, vectorize):
+    """MLP.stacked_forward's outputs are class-major (a transposed view), the reference loop's point-major."""
     sampler, samples, x, y = classification_problem(name)
+    sampler.vectorize = vectorize
     log_weights = uniform_log_weights(NUM_SAMPLES) if weighting == "uniform" else random_log_weights(NUM_SAMPLES)
     got = marginal_predictive(sampler, samples, log_weights, x, y, chunk_size=chunk_size)
     probs, log_prob_target, entropy, mutual_information = loop_classification(sampler, samples, log_weights, x, y)
@@ -119,9 +122,9 @@ def test_classification_marginal_equals_loop(name, chunk_size, weighting):
     assert (mutual_information > 1e-3).all()  # the samples disagree: the test would see a wrong MI
 
 
-def test_default_chunk_size_keeps_about_1e5_sample_points_per_chunk_on_cpu():
-    assert default_chunk_size(10_000, torch.device("cpu")) == 10
-    assert default_chunk_size(1_000, "cpu") == 100
+def test_default_chunk_size_keeps_about_2e5_sample_points_per_chunk_on_cpu():
+    assert default_chunk_size(10_000, torch.device("cpu")) == 20
+    assert default_chunk_size(1_000, "cpu") == 200
     assert default_chunk_size(10**7, "cpu") == 1
     assert default_chunk_size(10_000, "cuda") == 256
 

@@ -96,6 +96,7 @@ class MultinomialProbit(Categorical):
         return self.target_logits(self.class_log_probs(output), target)
 
     log_prob_units = Likelihood.log_prob_units  # the units stacked into one output, then ``forward``
+    class_log_probs_and_entropy = Likelihood.class_log_probs_and_entropy  # from class_log_probs, not the softmax's
 
 
 class NoisyMLP(nn.Module):
