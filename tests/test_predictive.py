@@ -16,7 +16,7 @@ from lit_bayes import SGMCMC, Bernoulli, Categorical, Gaussian, GaussianPrior
 from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, UncertaintyMetrics
 from lit_bayes.data import TwoMoons
 from lit_bayes.metrics import NLPD, BrierScore, PerSampleECE, PerSampleRMSE
-from lit_bayes.models import MLP
+from lit_bayes.models import MLP, MultinomialProbit
 from lit_bayes.predictive import Predictive, default_chunk_size, marginal_predictive, uniform_log_weights
 
 NUM_SAMPLES = 23  # not a multiple of the chunk sizes below
@@ -120,6 +120,23 @@ def test_classification_marginal_equals_loop(name, chunk_size, weighting, vector
     torch.testing.assert_close(got.mutual_information.double(), mutual_information, rtol=0, atol=1e-5)
     assert (got.mutual_information >= 0).all()
     assert (mutual_information > 1e-3).all()  # the samples disagree: the test would see a wrong MI
+
+
+@pytest.mark.parametrize("make, outputs", [(lambda: Categorical(4), 4), (Bernoulli, 1),
+                                           (lambda: MultinomialProbit(4, 0.5), 4)], ids=["categorical", "bernoulli", "probit"])
+def test_classifiers_log_likelihood_is_their_class_log_probability_of_the_label(make, outputs):
+    """The contract the predictive reads targets by: forward, log_prob_ and log_prob_units equal the label's
+    entry of class_log_probs, and class_log_probs_and_entropy gives those and -sum p log p."""
+    likelihood, g = make(), torch.Generator().manual_seed(5)
+    out = 3.0 * torch.randn(2, 9, outputs, generator=g, dtype=torch.float64)
+    y = torch.randint(2 if outputs == 1 else outputs, (9,), generator=g)
+    log_probs = likelihood.class_log_probs(out)
+    expected = log_probs.gather(-1, y.expand(2, 9).unsqueeze(-1)).squeeze(-1)
+    for got in (likelihood(out, y), likelihood.log_prob_(out.clone(), y), likelihood.log_prob_units(out.unbind(-1), y)):
+        torch.testing.assert_close(got, expected)
+    both, entropy = likelihood.class_log_probs_and_entropy(out)
+    torch.testing.assert_close(both, log_probs)
+    torch.testing.assert_close(entropy, -(log_probs.exp() * log_probs).sum(-1))
 
 
 def test_default_chunk_size_keeps_about_2e5_sample_points_per_chunk_on_cpu():
