@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import torch
 from torch import Tensor, nn
 
+from lit_bayes.linear_stack import StackedLinear
 from lit_bayes.validation import check_widths
 
 __all__ = ["MLP"]
@@ -29,6 +29,7 @@ class MLP(nn.Module):
         self.widths = widths
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.activation = ACTIVATIONS[activation]()
+        self.stacked = StackedLinear.of(self)
 
     def linear_stack_modules(self) -> tuple[list[nn.Linear], list[nn.Module], bool]:
         """The layers, the activations between them, and that inputs are flattened
@@ -49,12 +50,4 @@ class MLP(nn.Module):
         (the inputs are read once), the others batched products; the result equals S
         separate forward passes (up to float rounding of the summation order).
         """
-        h = x.flatten(1) if x.dim() > 2 else x
-        first = params["layers.0.weight"]  # (S, k_1, k_0)
-        num, width = first.shape[0], first.shape[1]
-        # feature-major layout (S, k_j, B) keeps every product contiguous
-        h = torch.addmm(params["layers.0.bias"].reshape(-1, 1), first.reshape(num * width, -1), h.T)
-        h = h.reshape(num, width, -1)
-        for j in range(1, len(self.layers)):
-            h = torch.baddbmm(params[f"layers.{j}.bias"].unsqueeze(-1), params[f"layers.{j}.weight"], self.activation(h))
-        return h.transpose(1, 2)
+        return self.stacked(params, x)

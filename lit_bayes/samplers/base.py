@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from lit_bayes.chains import ChainState, stacked_call
 from lit_bayes.cuda_probe import restore_nvml_probe, skip_nvml_probe_without_driver
+from lit_bayes.linear_stack import StackedLinear
 from lit_bayes.posterior import GaussianPrior, Likelihood, Posterior, Prior
 from lit_bayes.predictive import Predictive, marginal_predictive, posterior_samples, uniform_log_weights
 from lit_bayes.strategy import release_process_group_at_exit
@@ -198,6 +199,7 @@ class SamplerModule(L.LightningModule):
         self.seed = seed
         self.init = init
         self.vectorize = vectorize
+        self._stacked_linear = StackedLinear.of(self.model)
         self.chains: ChainState | None = None
         self.generators: dict[str, torch.Generator] = {}  # the checkpointed streams (make_generator)
         self._pending_generator_states: dict[str, Tensor] = {}
@@ -365,10 +367,14 @@ class SamplerModule(L.LightningModule):
     def outputs(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         """Network outputs for every stacked parameter set: ``(S, B, ...)``. A model with
         its own ``stacked_forward(params, x)`` (e.g. :class:`lit_bayes.models.MLP`) uses it
-        when ``vectorize`` is on; otherwise ``vmap`` (or, off, a loop) of ``functional_call``."""
+        when ``vectorize`` is on, as does a plain ``nn.Linear`` or ``nn.Sequential`` of linear layers and
+        elementwise activations (:class:`lit_bayes.linear_stack.StackedLinear`); otherwise ``vmap`` (or, off,
+        a loop) of ``functional_call``."""
         net, _ = self.split_parameters(params)
         if self.vectorize and hasattr(self.model, "stacked_forward"):
             return self.model.stacked_forward(net, x)
+        if self.vectorize and self._stacked_linear is not None and self._stacked_linear.accepts(x):
+            return self._stacked_linear(net, x)
         return stacked_call(self.model, net, x, vectorize=self.vectorize)
 
     def log_likelihood(self, params: dict[str, Tensor], output: Tensor, y: Tensor) -> Tensor:
