@@ -98,7 +98,8 @@ class StackedLinear:
     """A linear stack (see :func:`linear_stack`) evaluated for S stacked parameter sets at once, as
     :meth:`lit_bayes.models.MLP.stacked_forward` does: the first layer one product of the shared inputs
     with all S weight matrices, the others batched products, feature-major. Equal to S separate forwards
-    up to the summation order, without ``vmap``'s per-call cost (~1 ms for a 3-input ``nn.Linear``)."""
+    up to the summation order, without ``vmap``'s per-call cost (a 3-input ``nn.Linear``, 16 chains, 100 points:
+    13 against 158 us)."""
 
     names: tuple[tuple[str, str | None], ...]  # (weight, bias) parameter names of every layer
     activations: tuple[nn.Module, ...]
