@@ -199,7 +199,8 @@ class SamplerModule(L.LightningModule):
         self.seed = seed
         self.init = init
         self.vectorize = vectorize
-        self._stacked_linear = StackedLinear.of(self.model)
+        # the batched-product path for a plain linear stack; a model with its own stacked_forward needs none
+        self._stacked_linear = None if hasattr(self.model, "stacked_forward") else StackedLinear.of(self.model)
         self.chains: ChainState | None = None
         self.generators: dict[str, torch.Generator] = {}  # the checkpointed streams (make_generator)
         self._pending_generator_states: dict[str, Tensor] = {}
