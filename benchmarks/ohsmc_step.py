@@ -20,7 +20,7 @@ network, same dtype), the median of 200 calls timed just before and just after e
 2-vCPU machine): the authors' compiled JAX step takes 2.86 ms = 26.7 fwd (J = 100) and 62.9 ms
 (J = 1,000) in float64; the target is J = 100 float64 <= 13 fwd. Nothing asserts on time.
 
-Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda]
+Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda] [--threads N] (one thread by default)
 The last line printed is one JSON object with every figure.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--loop-max", type=int, default=1000, help="largest J timed with the loop")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: issue 26's unit is one thread)")
     args = parser.parse_args(argv)
     if min(*args.particles, args.repeats, args.threads) < 1 or args.warmup < 0:
         parser.error("--particles, --repeats and --threads must be positive, --warmup non-negative")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
@@ -69,6 +70,12 @@ class BlockPlan:
     columns: Tensor | slice | None = None
     weight_pos: Tensor | slice | None = None
     bias_pos: int | None = None
+
+    @cached_property
+    def index(self) -> Tensor | slice:
+        """``members`` as a slice when they are a contiguous run (a layer, or a run of one node's weights
+        without its bias): the state's block is then a view, read and written without a gather or a scatter."""
+        return _as_slice(self.members)
 
 
 def _as_slice(index: Tensor) -> Tensor | slice:
@@ -166,9 +173,9 @@ class BlockTarget:
     def propose(self, block: int, step: Tensor) -> Tensor:
         """Energy ``(C,)`` of every chain's state with ``block`` moved by ``step`` (C, size)."""
         plan = self.plans[block]
-        current = self.state[:, plan.members]
+        current = self.state[:, plan.index]
         values = current + step
-        prior = self.prior_energy + self.posterior.prior_energy(self.prior.change(plan.members, current, step))
+        prior = self.prior_energy + self.posterior.prior_energy(self.prior.change(plan.index, current, step))
         likelihood = self._propose_likelihood(plan, values, step)
         self._pending = (plan, values, likelihood, prior)
         return likelihood + prior
@@ -176,7 +183,11 @@ class BlockTarget:
     def commit(self, accept: Tensor) -> None:
         """Keep the last proposal in the chains where ``accept`` (C,) is true."""
         plan, values, likelihood, prior = self._pending
-        self.state[:, plan.members] = torch.where(accept[:, None], values, self.state[:, plan.members])
+        if isinstance(plan.index, slice):  # a view: written in place
+            block = self.state[:, plan.index]
+            torch.where(accept[:, None], values, block, out=block)
+        else:
+            self.state[:, plan.index] = torch.where(accept[:, None], values, self.state[:, plan.index])
         self.likelihood_energy = torch.where(accept, likelihood, self.likelihood_energy)
         self.prior_energy = torch.where(accept, prior, self.prior_energy)
         self._commit_likelihood(accept)

@@ -303,9 +303,11 @@ class FlatPrior:
         """log p(theta) of every chain's state ``(C, P)``, ``(C,)`` float64."""
         return sum(self.prior.log_density(state[:, a:b].double(), name).sum(1) for name, a, b in self.bounds)
 
-    def change(self, members: Tensor, current: Tensor, step: Tensor) -> Tensor:
-        """log p(theta*) - log p(theta) ``(C,)`` float64 when the flat positions ``members`` move
-        from ``current`` ``(C, size)`` by ``step`` (the other factors cancel)."""
+    def change(self, members: Tensor | slice, current: Tensor, step: Tensor) -> Tensor:
+        """log p(theta*) - log p(theta) ``(C,)`` float64 when the flat positions ``members`` (indices, or a
+        slice of a contiguous run) move from ``current`` ``(C, size)`` by ``step`` (the other factors cancel)."""
+        if isinstance(members, slice):
+            members = torch.arange(members.start, members.stop, device=current.device)
         values = current + step
         total = None
         for name, a, b in self.bounds:
@@ -333,7 +335,7 @@ class GaussianFlatPrior(FlatPrior):
     def log_density(self, state: Tensor) -> Tensor:
         return -(0.5 * (state.double().square() * self.inv_var).sum(1) + self.log_norm)
 
-    def change(self, members: Tensor, current: Tensor, step: Tensor) -> Tensor:
+    def change(self, members: Tensor | slice, current: Tensor, step: Tensor) -> Tensor:
         values = current + step
         return -0.5 * ((step * (values + current)).double() * self.inv_var[members]).sum(1)
 

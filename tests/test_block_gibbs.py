@@ -184,7 +184,7 @@ def test_nan_proposal_is_a_rejection():
 def test_adaptation_moves_variances_during_burn_in_then_freezes():
     def run(sweeps):
         sampler, stepper = sampler_and_stepper(model=MLP([2, 3, 1]), likelihood=Bernoulli(), blocks="node",
-                                               proposal_variance=[4.0, 4.0, 4.0, 1e-6], adapt=True, burn_in=30,
+                                               proposal_variance=[100.0, 100.0, 100.0, 1e-6], adapt=True, burn_in=30,
                                                target_accept=0.3, num_chains=3)
         for x, y in batches(sweeps, 50, 2, 2):
             stepper.step(lambda: sampler.block_target(x, y))
@@ -192,7 +192,7 @@ def test_adaptation_moves_variances_during_burn_in_then_freezes():
 
     after_burn_in, later = run(31), run(40)
     assert torch.equal(after_burn_in, later)  # frozen after the burn-in sweeps
-    assert (later[:, :3] < 4.0).all() and (later[:, 3] > 1e-6).all()  # too large shrinks, too small grows
+    assert (later[:, :3] < 100.0).all() and (later[:, 3] > 1e-6).all()  # too large shrinks, too small grows
 
 
 def test_per_layer_and_per_block_variances():
@@ -289,7 +289,8 @@ def _naive_single_site_sweeps(widths, flat, prior_var, proposal_var, generator, 
     scalar parameter (layer, node, its incoming weights in input order, then its bias), each
     chain in turn, with its own float64 log-target (raw batch sum, sigmoid MLP, softmax
     output, N(0, prior_var) prior). Draws as the stepper makes them: per sweep first one
-    uniform per chain and coordinate, then one normal per chain for each coordinate."""
+    uniform per chain and coordinate, then one normal per chain and coordinate, in one
+    (chains, coordinates) draw in visiting order."""
     theta = flat.clone()
     chains, num_params = theta.shape
     offsets, start = [], 0  # flat layout: layers.0.weight, layers.0.bias, layers.1.weight, ...
@@ -316,11 +317,11 @@ def _naive_single_site_sweeps(widths, flat, prior_var, proposal_var, generator, 
     std = torch.tensor(proposal_var, dtype=theta.dtype).sqrt()
     for x, y in data:
         log_u = torch.rand((chains, num_params), generator=generator).log()
+        noise = torch.randn((chains, num_params), generator=generator)
         for q, i in enumerate(order):
-            noise = torch.randn((chains, 1), generator=generator)
             for c in range(chains):
                 proposal = theta[c].clone()
-                proposal[i] = theta[c, i] + std * noise[c, 0]
+                proposal[i] = theta[c, i] + std * noise[c, q]
                 if float(log_u[c, q]) < energy(theta[c], x, y) - energy(proposal, x, y):
                     theta[c] = proposal
                     accepted[c, q] += 1

@@ -92,6 +92,13 @@ class BlockMetropolis(Optimizer):
         state = self._state()
         return state["accepted"], int(state["step"])
 
+    def _proposal_steps(self, std: Tensor, sizes: list[int]) -> tuple[Tensor, ...]:
+        """Every block's proposal step ``(C, size_q)`` for one sweep, sigma_q times standard normals, drawn
+        in one call (the proposals do not depend on the state) and returned as views, one per block."""
+        noise = torch.randn((std.shape[0], sum(sizes)), generator=self.generator, device=std.device, dtype=std.dtype)
+        scale = std.repeat_interleave(torch.tensor(sizes, device=std.device), dim=1, output_size=noise.shape[1])
+        return noise.mul_(scale).split(sizes, dim=1)
+
     @torch.no_grad()
     def step(self, closure: Callable[[], BlockTarget]) -> Tensor:  # type: ignore[override]
         group = self.param_groups[0]
@@ -104,19 +111,20 @@ class BlockMetropolis(Optimizer):
         target.reset(torch.cat([p.detach().reshape(chains, -1) for p in params], dim=1))
         std = state["variance"].sqrt()
         log_u = torch.rand((chains, blocks), generator=self.generator, device=std.device, dtype=std.dtype).log()
+        steps = self._proposal_steps(std, [target.block_size(q) for q in range(blocks)])
         adapt = int(state["step"]) < group["adapt_steps"]
         alpha = torch.empty_like(std) if adapt else None
-        for q in range(blocks):
-            noise = torch.randn((chains, target.block_size(q)), generator=self.generator, device=std.device,
-                                dtype=std.dtype)
-            proposed_energy = target.propose(q, std[:, q, None] * noise)
+        accepts = []
+        for q, (step, threshold) in enumerate(zip(steps, log_u.T)):
+            proposed_energy = target.propose(q, step)
             now = torch.nan_to_num(target.energy, nan=math.inf)  # a NaN state moves to any finite proposal
             log_ratio = torch.where(torch.isfinite(proposed_energy), now - proposed_energy, -math.inf)
-            accept = log_u[:, q] < log_ratio
+            accept = threshold < log_ratio
             target.commit(accept)
-            state["accepted"][:, q] += accept
+            accepts.append(accept)
             if adapt:
                 alpha[:, q] = log_ratio.clamp(max=0.0).exp()
+        state["accepted"] += torch.stack(accepts, dim=1)
         state["step"] += 1
         if adapt:
             rate = float(state["step"]) ** -_ADAPT_DECAY
