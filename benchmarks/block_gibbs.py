@@ -11,7 +11,9 @@ those units: for one chain the whole sweep, for 8 and 32 chains per chain (sweep
 the paper's) and ``subblock_size=10`` in layer 1 (810 blocks, the reference code's). Paths:
 ``incremental`` (eager), ``fused`` (``BlockGibbs(fused=True)``: the layers above a node block
 compiled into one kernel; its compilation falls in the untimed warm-up sweep, printed as
-``warm-up s``) and, for 1 chain and 130 blocks, ``naive`` (a full forward per block).
+``warm-up s``; one chain compiles its own graphs, every count from two on shares one, so after
+the first such row a row only traces and loads it from inductor's cache) and, for 1 chain and
+130 blocks, ``naive`` (a full forward per block).
 
 Targets (issues 8 and 26): one chain <= 20 (130 blocks), <= 120 (810 blocks); 32 chains <= 6 and
 <= 30 per chain. Timings depend on the machine and its load: nothing here asserts on time.

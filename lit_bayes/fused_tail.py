@@ -81,7 +81,9 @@ class FusedTail:
     Each layer gets its own compiled copy of the function: ``torch.compile`` keeps compiled
     variants, and counts its recompile limit, per code object, and this way neither other
     layers nor other samplers in the process use up a layer's variants (a new batch size
-    recompiles once, with dynamic shapes).
+    recompiles once, with dynamic shapes). The chain dimension is dynamic from two chains on,
+    so one graph serves every chain count above one: another sampler (in this process or a later
+    one) with another chain count finds it in inductor's on-disk caches and traces, not compiles.
     """
 
     def __init__(self, stack: LinearStack, likelihood: Likelihood, max_terms: int = 1024) -> None:
@@ -107,6 +109,9 @@ class FusedTail:
         (unchanged) weights of the layers above."""
         above = self.stack.layers[layer + 2:]
         weights, biases = [l.weights(state) for l in above], [l.biases(state) for l in above]
+        if column.shape[0] > 1:  # one graph for every chain count above one (one chain is specialised)
+            for t in (column, start, pre_above, w_column, *weights, *(b for b in biases if b is not None)):
+                torch._dynamo.mark_dynamic(t, 0)
         return self._kernel(layer)(column, start, pre_above, w_column, weights, biases, target)
 
     def __getstate__(self) -> dict:

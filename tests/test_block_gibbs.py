@@ -101,6 +101,24 @@ def test_fused_tail_matches_the_eager_incremental_path(case):
     assert pickle.loads(pickle.dumps(fused[0])).fused_tail._kernels == {}  # kernels are not pickled
 
 
+def test_fused_tail_graph_is_reused_for_another_chain_count(monkeypatch, tmp_path):
+    """The chain dimension is dynamic: a second sampler with another chain count (two or more) finds
+    the first one's compiled graphs in inductor's cache (a fresh cache directory here) and compiles
+    none of its own."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    x, y = batches(1, 40, 3, 2)[0]
+    misses = []
+    for chains in (2, 3):
+        sampler, stepper = sampler_and_stepper(model=MLP([3, 2, 2]), likelihood=Categorical(2), blocks="node",
+                                               proposal_variance=0.05, num_chains=chains, fused=True)
+        stepper.step(lambda: sampler.block_target(x, y))
+        misses.append(counters["inductor"]["fxgraph_cache_miss"])
+    assert misses[0] > 0  # the first sampler compiled its layers' graphs
+    assert misses[1] == misses[0]  # the second compiled nothing anew
+
+
 def test_fused_tail_follows_a_changing_batch_size():
     """The compiled tail recompiles for a new batch size (dynamic shapes) and keeps making the
     eager path's decisions."""
