@@ -39,6 +39,8 @@ from lit_bayes.validation import check_int, check_interval
 __all__ = ["ThermalizationCheck", "merge_band", "merge_indices", "settled_index", "trailing_mean"]
 
 PREFIX = "thermalization/"
+RHAT_PERCENTILES = (25, 50, 75, 95)  # of the per-test-point R-hat, as the paper's Fig. 4 shows them (App. A)
+RHAT_COLUMNS = 3 + 2 * len(RHAT_PERCENTILES)  # an R-hat row: step, both means, both sets of percentiles
 
 
 def settled_index(inside: Tensor, delta: float) -> int | None:
@@ -139,11 +141,14 @@ class ThermalizationCheck(Callback):
     uninformed chains of their last smoothed value), ``band_low`` and ``band_high`` (the estimated
     S_phi(delta)), ``merged`` (1 or 0), ``merged_fraction``, ``merge_step`` (NaN when not
     merged; ``merge_step/chain_{c}`` per uninformed chain), ``rhat``, ``rhat_step``,
-    ``rhat_uninformed``, ``rhat_uninformed_step``, ``score_step`` (NaN when not reached) and
+    ``rhat_uninformed``, ``rhat_uninformed_step``, the last block's percentiles (``rhat_p25`` ...
+    ``rhat_uninformed_p95``), ``score_step`` (NaN when not reached) and
     ``records``. During fit it logs the traces, ``thermalization/test_mse/chain_{c}`` and
     ``thermalization/score/chain_{c}`` at every record and ``thermalization/rhat`` and
     ``thermalization/rhat_uninformed`` at every block where they are defined (two chains or more, the
-    informed chains' outputs at hand, a varying output), through the Trainer's logger connector (as
+    informed chains' outputs at hand, a varying output), with the 25/50/75/95th percentiles of the
+    per-point R-hat over the test points beside each mean (``thermalization/rhat_p25`` ...,
+    ``thermalization/rhat_uninformed_p95``: the paper's Fig. 4), through the Trainer's logger connector (as
     Lightning writes ``self.log``'s values: every record reaches the loggers when it is made, whatever
     ``log_every_n_steps``).
     With ``summary_records``, :meth:`summary_section` adds the records themselves to ``summary.json``
@@ -215,7 +220,7 @@ class ThermalizationCheck(Callback):
         self._mse: list[Tensor] = []
         self._score: list[Tensor] = []
         self._block: list[Tensor] = []
-        self._rhat: list[Tensor] = []  # per block: (end step, R-hat of all chains, of the uninformed chains)
+        self._rhat: list[Tensor] = []  # per block: a row of RHAT_COLUMNS (see traces)
         self._test: tuple[Tensor, Tensor] | None = None
         self._train: tuple[Tensor, Tensor] | None = None
         self._reference: tuple[Tensor, Tensor] | None = None  # informed_run's (steps (R,), test MSE (I, R))
@@ -298,22 +303,27 @@ class ThermalizationCheck(Callback):
         logged.update({f"{PREFIX}score/chain_{c}": float(v) for c, v in enumerate(score)})
         if len(self._block) == self.rhat_block:
             block = torch.stack(self._block, dim=1)  # (C, N, points)
-            with_informed = self._block_rhat(block) if self.informed_chains else math.nan
-            self._rhat.append(torch.tensor([float(self._steps[-1]), with_informed,
-                                            self._block_rhat(block[self.informed_chains:])], dtype=torch.float64))
+            nan = torch.full((1 + len(RHAT_PERCENTILES),), math.nan, dtype=torch.float64)
+            with_informed = self._block_rhat(block) if self.informed_chains else nan
+            uninformed = self._block_rhat(block[self.informed_chains:])
+            step = torch.tensor([float(self._steps[-1])], dtype=torch.float64)
+            self._rhat.append(torch.cat([step, with_informed[:1], uninformed[:1], with_informed[1:], uninformed[1:]]))
             self._block = []
-            logged.update({f"{PREFIX}{name}": float(value) for name, value in
-                           zip(("rhat", "rhat_uninformed"), self._rhat[-1][1:]) if math.isfinite(value)})
+            for name, stats in (("rhat", with_informed), ("rhat_uninformed", uninformed)):
+                names = [name] + [f"{name}_p{q}" for q in RHAT_PERCENTILES]
+                logged.update({PREFIX + n: float(v) for n, v in zip(names, stats) if math.isfinite(v)})
         # the Trainer's path to its loggers (log, then save, as for self.log): a long run's CSV fills as it goes
         trainer._logger_connector.log_metrics(logged, step=trainer.global_step)
 
     @staticmethod
-    def _block_rhat(block: Tensor) -> float:
-        """Split R-hat of the outputs psi (App. A) averaged over the test points (NaN for one chain or a
-        constant output)."""
-        if block.shape[0] < 2:
-            return math.nan
-        return float(torch.as_tensor(split_rhat(block)).nanmean()) if (block.std(dim=1) > 0).any() else math.nan
+    def _block_rhat(block: Tensor) -> Tensor:
+        """Split R-hat of the outputs psi (App. A) over the test points: their mean, then the
+        ``RHAT_PERCENTILES`` (all NaN for one chain or a constant output), ``(1 + len(RHAT_PERCENTILES),)``."""
+        if block.shape[0] < 2 or not (block.std(dim=1) > 0).any():
+            return torch.full((1 + len(RHAT_PERCENTILES),), math.nan, dtype=torch.float64)
+        per_point = torch.as_tensor(split_rhat(block), dtype=torch.float64).flatten()
+        quantiles = torch.tensor(RHAT_PERCENTILES, dtype=torch.float64) / 100
+        return torch.cat([per_point.nanmean().reshape(1), torch.nanquantile(per_point, quantiles)])
 
     def on_train_start(self, trainer, pl_module) -> None:
         recorded = self._times[-1] if self._times and math.isfinite(self._times[-1]) else 0.0
@@ -352,7 +362,8 @@ class ThermalizationCheck(Callback):
     # ----------------------------------------------------------------- report
     def traces(self) -> dict[str, Tensor]:
         """The records: ``steps`` ``(R,)``, ``test_mse`` and ``score`` ``(C, R)`` (float64), ``rhat``
-        ``(B, 3)`` rows (block end step, R-hat of all chains, of the uninformed chains), and the informed
+        ``(B, RHAT_COLUMNS)`` rows (block end step, mean R-hat of all chains, of the uninformed chains, then
+        the ``RHAT_PERCENTILES`` of all chains' per-point R-hat, then the uninformed chains'), and the informed
         chains' records read from ``informed_run``, ``reference_steps`` ``(R',)`` and ``reference_test_mse``
         ``(I, R')`` (empty when the run has informed chains of its own)."""
         chains = lambda rows: torch.stack(rows, dim=1) if rows else torch.zeros(0, 0, dtype=torch.float64)  # noqa: E731
@@ -360,7 +371,7 @@ class ThermalizationCheck(Callback):
         reference_steps, reference_mse = self._reference or (empty.long(), empty.reshape(0, 0))
         return {"steps": torch.tensor(self._steps, dtype=torch.long), "test_mse": chains(self._mse),
                 "score": chains(self._score),
-                "rhat": torch.stack(self._rhat) if self._rhat else torch.zeros(0, 3, dtype=torch.float64),
+                "rhat": torch.stack(self._rhat) if self._rhat else torch.zeros(0, RHAT_COLUMNS, dtype=torch.float64),
                 "reference_steps": reference_steps, "reference_test_mse": reference_mse}
 
     def summary_metrics(self) -> dict[str, float]:
@@ -393,6 +404,9 @@ class ThermalizationCheck(Callback):
             found = settled_index(values < self.rhat_threshold, self.delta)  # NaN compares False
             metrics[name] = float(values[-1]) if len(values) else math.nan
             metrics[f"{name}_step"] = float(rhat[found, 0]) if found is not None else math.nan
+        for name, first in (("rhat", 3), ("rhat_uninformed", 3 + len(RHAT_PERCENTILES))):  # the last block's
+            for k, q in enumerate(RHAT_PERCENTILES):
+                metrics[f"{name}_p{q}"] = float(rhat[-1, first + k]) if len(rhat) else math.nan
         sign = torch.sign(score[self.informed_chains:])
         crossed = (sign != sign[:, :1]) & (sign != 0) & ~sign.isnan()  # NaN: no score (no latents)
         first = [int(row.nonzero()[0]) if row.any() else None for row in crossed]
@@ -427,7 +441,9 @@ class ThermalizationCheck(Callback):
             else [math.nan] * len(self._steps)
         self._mse = list(state_dict["test_mse"].unbind(dim=1))
         self._score = list(state_dict["score"].unbind(dim=1))
-        self._rhat = list(state_dict["rhat"].unbind(dim=0))
+        rhat = state_dict["rhat"]  # checkpoints written before the percentiles hold 3 columns: NaN for them
+        missing = torch.full((rhat.shape[0], RHAT_COLUMNS - rhat.shape[1]), math.nan, dtype=rhat.dtype)
+        self._rhat = list(torch.cat([rhat, missing], dim=1).unbind(dim=0))
         self._block = list(state_dict["rhat_pending"].unbind(dim=1))
         self._data_key = state_dict.get("data_key", self._data_key)
         reference = state_dict.get("reference_test_mse")

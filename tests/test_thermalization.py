@@ -12,7 +12,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
 from lit_bayes.callbacks.run_summary import RunSummary
-from lit_bayes.callbacks.thermalization import ThermalizationCheck, merge_band, merge_indices, settled_index
+from lit_bayes.callbacks.thermalization import (RHAT_COLUMNS, RHAT_PERCENTILES, ThermalizationCheck, merge_band,
+                                                merge_indices, settled_index)
+from lit_bayes.diagnostics import split_rhat
 from lit_bayes.data import LinearRegression
 from lit_bayes.data.teacher_student import TeacherStudent
 from lit_bayes.models.noisy_mlp import NoisyMLP
@@ -74,11 +76,15 @@ def test_merge_is_detected_when_every_chain_thermalizes(tmp_path):
     assert metrics["thermalization/band_low"] < metrics["thermalization/informed_test_mse"] \
         < metrics["thermalization/band_high"]
     assert metrics["thermalization/score_step"] <= 150
-    assert traces["rhat"].shape == (6, 3) and math.isfinite(metrics["thermalization/rhat"])
+    assert traces["rhat"].shape == (6, RHAT_COLUMNS) and math.isfinite(metrics["thermalization/rhat"])
     records = [m for m in recorded.logged if "thermalization/test_mse/chain_0" in m]  # not the summary's
-    rhats = [(m["thermalization/rhat"], m["thermalization/rhat_uninformed"])
-             for m in records if "thermalization/rhat" in m]
+    names = [f"thermalization/{name}" for name in ("rhat", "rhat_uninformed")]
+    names += [f"thermalization/{name}_p{q}" for name in ("rhat", "rhat_uninformed") for q in RHAT_PERCENTILES]
+    rhats = [[m[n] for n in names] for m in records if "thermalization/rhat" in m]
     assert torch.equal(torch.tensor(rhats, dtype=torch.float64), traces["rhat"][:, 1:])
+    percentiles = traces["rhat"][:, 3:7]  # all chains' per-point R-hat: finite, ordered, around the mean
+    assert torch.isfinite(percentiles).all() and (percentiles.diff(dim=1) >= 0).all()
+    assert (percentiles[:, 0] <= traces["rhat"][:, 1] * 1.5).all() and metrics["thermalization/rhat_p95"] >= 1.0
 
 
 def test_not_merged_when_the_uninformed_chains_are_stuck(tmp_path):
@@ -110,7 +116,32 @@ def test_resumed_run_continues_the_traces_exactly(tmp_path):
     assert torch.equal(full_sampler.chains.flat(), resumed_sampler.chains.flat())
     for name, value in full.traces().items():
         assert torch.equal(value, resumed.traces()[name]), name
-    assert full.traces()["rhat"].shape == (1, 3)  # 7 records: one full block of 4, three pending
+    assert full.traces()["rhat"].shape == (1, RHAT_COLUMNS)  # 7 records: one full block of 4, three pending
+
+
+def test_block_rhat_is_the_mean_and_percentiles_of_the_per_point_split_rhat():
+    """Fig. 4's percentiles (25/50/75/95) of the per-test-point R-hat, beside their mean."""
+    gen = torch.Generator().manual_seed(0)
+    block = torch.randn(3, 40, 30, generator=gen, dtype=torch.float64)
+    block[0, :, :10] += 2.0  # a third of the points in separate modes: a wide spread of R-hat values
+    per_point = torch.as_tensor(split_rhat(block), dtype=torch.float64).flatten()
+    stats = ThermalizationCheck._block_rhat(block)
+    assert stats.shape == (1 + len(RHAT_PERCENTILES),)
+    torch.testing.assert_close(stats[0], per_point.mean())
+    expected = [float(per_point.quantile(q / 100)) for q in RHAT_PERCENTILES]
+    torch.testing.assert_close(stats[1:], torch.tensor(expected, dtype=torch.float64))
+    assert stats[-1] > 1.2 > stats[1]  # the separated points dominate the top percentile only
+    assert torch.isnan(ThermalizationCheck._block_rhat(block[:1])).all()  # one chain: no R-hat
+
+
+def test_checkpoint_without_rhat_percentiles_loads_with_nan():
+    """A checkpoint written before the percentiles (R-hat rows of 3 columns) resumes: NaN in their place."""
+    check = ThermalizationCheck(rhat_block=4)
+    state = check.state_dict()
+    state["rhat"] = torch.tensor([[400.0, 1.2, 1.1]], dtype=torch.float64)
+    check.load_state_dict(state)
+    row = check.traces()["rhat"][0]
+    assert row.shape == (RHAT_COLUMNS,) and row[:3].tolist() == [400.0, 1.2, 1.1] and torch.isnan(row[3:]).all()
 
 
 def last_checkpoint_every(steps, directory):
