@@ -43,10 +43,14 @@ def test_exp_a_recipe_runs_at_tiny_size(tmp_path):
 def test_exp_a_script_prints_ours_beside_the_paper(tmp_path):
     result = subprocess.run(
         [sys.executable, str(RECIPES / "run_exp_a.py"), "--inits", "zeros", "--steps", "20", "--every", "2",
-         "--num-train", "30", "--num-test", "20", "--root", str(tmp_path)],
+         "--rhat-block", "4", "--num-train", "30", "--num-test", "20", "--root", str(tmp_path)],
         cwd=ROOT, check=True, capture_output=True, text=True,
     )
     assert "paper" in result.stdout and "informed_test_mse" in result.stdout
+    fig4 = json.loads((tmp_path / "exp_a.json").read_text())["zeros"]["rhat_percentiles"]  # 11 records: 2 blocks
+    assert [(step, chains) for step, chains, _ in fig4] == [(6, "all"), (14, "all")] and "(Fig. 4; all chains)" \
+        in result.stdout
+    assert all(len(v) == 5 and v[1] <= v[2] <= v[3] <= v[4] for _, _, v in fig4)  # mean, then p25 <= ... <= p95
     table = json.loads((tmp_path / "exp_a.json").read_text())
     assert table["zeros"]["steps"] == 20 and table["zeros"]["paper"]["informed_test_mse"] == 1.5e-4
     assert table["zeros"]["ours"]["records"] == 11.0 and table["zeros"]["trace"][0][0] == 0

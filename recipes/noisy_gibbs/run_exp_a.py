@@ -17,7 +17,9 @@ informed at the teacher, the others uninformed) and reads ``thermalization/*`` f
 the uninformed chains' last test MSE, the teacher-student merge step, the R-hat and score steps, and a
 short log-spaced trace, beside the paper's values (informed ~1.5e-4; zero init merges at ~1e5 sweeps;
 random inits stay on a plateau ~1e-3, App. B / [code data]), each run's health verdict (its summary.json's:
-every chain, the informed one included, after the burn-in), and writes ``exp_a.json`` with every cell.
+every chain, the informed one included, after the burn-in), the Fig. 4 data at log-spaced R-hat blocks
+(the mean and 25/50/75/95th percentiles of the per-test-point R-hat; ``--rhat-block`` records per block,
+default 50 as the paper), and writes ``exp_a.json`` with every cell.
 ``--data released`` swaps the recipe's random teacher for the one of the paper's runs, redrawn from
 the seeds of its released script (``released_teacher.py``), for a like-for-like comparison with
 the released logs.
@@ -44,7 +46,7 @@ from typing import NamedTuple
 import torch
 import yaml
 
-from lit_bayes.callbacks.thermalization import ThermalizationCheck
+from lit_bayes.callbacks.thermalization import RHAT_PERCENTILES, ThermalizationCheck
 from lit_bayes.cli import last_checkpoint
 from lit_bayes.cli import main as lit_bayes
 from released_teacher import RELEASED_NORMS, RELEASED_NORMS_SWEEP, released_test_mse  # this script's directory is on sys.path
@@ -69,6 +71,8 @@ def config(args: argparse.Namespace, init: str) -> dict:
             cfg["trainer"][key] = value
     if args.every is not None:
         check["every_n_steps"] = args.every
+    if args.rhat_block is not None:
+        check["rhat_block"] = args.rhat_block
     if args.chains is not None:
         cfg["model"]["init_args"]["num_chains"] = args.chains
     if args.informed_from is not None:
@@ -115,6 +119,23 @@ def trace_rows(directory: Path, informed: dict[int, float] | None = None, points
             read = informed[nearest] if step <= max(informed) else None
             out.append((step, read, sum(values.values()) / len(values)))
     return out
+
+
+def rhat_percentile_rows(check: ThermalizationCheck, points: int = 8) -> list[tuple[int, str, list[float]]]:
+    """The paper's Fig. 4 at about ``points`` log-spaced R-hat blocks of ``check``'s records: (block end step,
+    the chains it is over, [mean, then the 25/50/75/95th percentiles of the per-test-point R-hat]). Over all
+    chains where the run has its informed chain's outputs, else over the uninformed ones; blocks recorded
+    without percentiles (by an older version) are left out."""
+    rows = check.traces()["rhat"]
+    width = len(RHAT_PERCENTILES)
+    informed = bool(torch.isfinite(rows[:, 1]).any()) if len(rows) else False
+    label, columns = ("all", [1, *range(3, 3 + width)]) if informed else \
+        ("uninformed", [2, *range(3 + width, 3 + 2 * width)])
+    kept = [row for row in rows[:, [0, *columns]].tolist() if all(math.isfinite(v) for v in row[2:])]
+    if not kept:
+        return []
+    picks = sorted({min(len(kept) - 1, round((len(kept) - 1) * (i / (points - 1)) ** 2)) for i in range(points)})
+    return [(int(kept[i][0]), label, kept[i][1:]) for i in picks]
 
 
 class Recorded(NamedTuple):
@@ -198,6 +219,7 @@ def main() -> None:
     parser.add_argument("--inits", nargs="+", default=["zeros", "prior"], choices=["zeros", "prior"])
     parser.add_argument("--steps", type=int, help="sweeps per run (default: the recipe's 200,000)")
     parser.add_argument("--every", type=int, help="sweeps between thermalization records (default 100)")
+    parser.add_argument("--rhat-block", type=int, help="records per R-hat block (default the recipe's 50)")
     parser.add_argument("--chains", type=int,
                         help="chains per run, the first informed (default 4); all uninformed with --informed-from")
     parser.add_argument("--informed-from", type=Path, metavar="CKPT",
@@ -225,7 +247,8 @@ def main() -> None:
         informed = informed_records(recorded.check) if recorded is not None else None
         results[init] = {**(fitted or report(recorded, directory)), "paper": PAPER[init],
                          "trace": trace_rows(directory, informed), "informed_read": informed is not None,
-                         "weight_norms": recorded.weight_norms if recorded is not None else None}
+                         "weight_norms": recorded.weight_norms if recorded is not None else None,
+                         "rhat_percentiles": rhat_percentile_rows(recorded.check) if recorded is not None else []}
     print("\nExp. A (d = 50, K = 10, Delta = 1e-4): ours vs the paper (Fig. 1, App. B, released logs)")
     print(f"{'init':>6} {'sweeps':>7} {'':>6} " + " ".join(f"{c:>20}" for c in COLUMNS))
     for init, result in results.items():
@@ -255,6 +278,11 @@ def main() -> None:
             if args.data == "released":
                 print(f"  released logs at sweep {RELEASED_NORMS_SWEEP}: "
                       + ", ".join(f"{k} {w1:.3f} / {w2:.3f}" for k, (w1, w2) in RELEASED_NORMS.items()))
+        if result["rhat_percentiles"]:
+            print(f"  R-hat over the test points by block (Fig. 4; {result['rhat_percentiles'][0][1]} chains): "
+                  "step, mean, " + " / ".join(f"p{q}" for q in RHAT_PERCENTILES))
+            for step, _, values in result["rhat_percentiles"]:
+                print(f"  {step:>8} " + " ".join(f"{v:>7.3f}" for v in values))
     (root / "exp_a.json").write_text(json.dumps(results, indent=2))
     print(json.dumps({init: {"steps": r["steps"], **{c: r["ours"].get(c) for c in COLUMNS}}
                       for init, r in results.items()}))
