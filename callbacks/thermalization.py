@@ -36,11 +36,26 @@ from lit_bayes.diagnostics import split_rhat
 from lit_bayes.noisy_energy import JointDensity
 from lit_bayes.validation import check_int, check_interval
 
-__all__ = ["ThermalizationCheck", "merge_band", "merge_indices", "settled_index", "trailing_mean"]
+__all__ = ["RHAT_COLUMNS", "RHAT_PERCENTILES", "RHAT_SETS", "ThermalizationCheck", "merge_band", "merge_indices",
+           "rhat_columns", "settled_index", "trailing_mean"]
 
 PREFIX = "thermalization/"
 RHAT_PERCENTILES = (25, 50, 75, 95)  # of the per-test-point R-hat, as the paper's Fig. 4 shows them (App. A)
-RHAT_COLUMNS = 3 + 2 * len(RHAT_PERCENTILES)  # an R-hat row: step, both means, both sets of percentiles
+RHAT_SETS = ("rhat", "rhat_uninformed")  # R-hat over all chains, over the uninformed chains
+RHAT_COLUMNS = 1 + len(RHAT_SETS) * (1 + len(RHAT_PERCENTILES))  # an R-hat row: step, means, percentiles
+
+
+def rhat_columns(name: str) -> list[int]:
+    """The columns of an R-hat row (:meth:`ThermalizationCheck.traces`) holding ``name``'s (one of
+    ``RHAT_SETS``) mean R-hat and then its ``RHAT_PERCENTILES``."""
+    i = RHAT_SETS.index(name)
+    first = 1 + len(RHAT_SETS) + i * len(RHAT_PERCENTILES)
+    return [1 + i, *range(first, first + len(RHAT_PERCENTILES))]
+
+
+def _no_rhat() -> Tensor:
+    """The mean and percentiles of an R-hat that is not defined: NaN."""
+    return torch.full((1 + len(RHAT_PERCENTILES),), math.nan, dtype=torch.float64)
 
 
 def settled_index(inside: Tensor, delta: float) -> int | None:
@@ -303,15 +318,14 @@ class ThermalizationCheck(Callback):
         logged.update({f"{PREFIX}score/chain_{c}": float(v) for c, v in enumerate(score)})
         if len(self._block) == self.rhat_block:
             block = torch.stack(self._block, dim=1)  # (C, N, points)
-            nan = torch.full((1 + len(RHAT_PERCENTILES),), math.nan, dtype=torch.float64)
-            with_informed = self._block_rhat(block) if self.informed_chains else nan
-            uninformed = self._block_rhat(block[self.informed_chains:])
-            step = torch.tensor([float(self._steps[-1])], dtype=torch.float64)
-            self._rhat.append(torch.cat([step, with_informed[:1], uninformed[:1], with_informed[1:], uninformed[1:]]))
-            self._block = []
-            for name, stats in (("rhat", with_informed), ("rhat_uninformed", uninformed)):
+            row = torch.full((RHAT_COLUMNS,), float(self._steps[-1]), dtype=torch.float64)
+            for name, chains in zip(RHAT_SETS, (block, block[self.informed_chains:])):
+                stats = self._block_rhat(chains) if name != "rhat" or self.informed_chains else _no_rhat()
+                row[rhat_columns(name)] = stats
                 names = [name] + [f"{name}_p{q}" for q in RHAT_PERCENTILES]
                 logged.update({PREFIX + n: float(v) for n, v in zip(names, stats) if math.isfinite(v)})
+            self._rhat.append(row)
+            self._block = []
         # the Trainer's path to its loggers (log, then save, as for self.log): a long run's CSV fills as it goes
         trainer._logger_connector.log_metrics(logged, step=trainer.global_step)
 
@@ -320,7 +334,7 @@ class ThermalizationCheck(Callback):
         """Split R-hat of the outputs psi (App. A) over the test points: their mean, then the
         ``RHAT_PERCENTILES`` (all NaN for one chain or a constant output), ``(1 + len(RHAT_PERCENTILES),)``."""
         if block.shape[0] < 2 or not (block.std(dim=1) > 0).any():
-            return torch.full((1 + len(RHAT_PERCENTILES),), math.nan, dtype=torch.float64)
+            return _no_rhat()
         per_point = torch.as_tensor(split_rhat(block), dtype=torch.float64).flatten()
         quantiles = torch.tensor(RHAT_PERCENTILES, dtype=torch.float64) / 100
         return torch.cat([per_point.nanmean().reshape(1), torch.nanquantile(per_point, quantiles)])
@@ -399,14 +413,14 @@ class ThermalizationCheck(Callback):
         }
         for chain, merge in enumerate(merges, start=self.informed_chains):
             metrics[f"merge_step/chain_{chain}"] = float(steps[merge]) if merge is not None else math.nan
-        for name, column in (("rhat", 1), ("rhat_uninformed", 2)):
+        for name in RHAT_SETS:
+            column, *percentiles = rhat_columns(name)
             values = rhat[:, column]
             found = settled_index(values < self.rhat_threshold, self.delta)  # NaN compares False
             metrics[name] = float(values[-1]) if len(values) else math.nan
             metrics[f"{name}_step"] = float(rhat[found, 0]) if found is not None else math.nan
-        for name, first in (("rhat", 3), ("rhat_uninformed", 3 + len(RHAT_PERCENTILES))):  # the last block's
-            for k, q in enumerate(RHAT_PERCENTILES):
-                metrics[f"{name}_p{q}"] = float(rhat[-1, first + k]) if len(rhat) else math.nan
+            for q, percentile in zip(RHAT_PERCENTILES, percentiles):  # the last block's
+                metrics[f"{name}_p{q}"] = float(rhat[-1, percentile]) if len(rhat) else math.nan
         sign = torch.sign(score[self.informed_chains:])
         crossed = (sign != sign[:, :1]) & (sign != 0) & ~sign.isnan()  # NaN: no score (no latents)
         first = [int(row.nonzero()[0]) if row.any() else None for row in crossed]

@@ -46,7 +46,7 @@ from typing import NamedTuple
 import torch
 import yaml
 
-from lit_bayes.callbacks.thermalization import RHAT_PERCENTILES, ThermalizationCheck
+from lit_bayes.callbacks.thermalization import RHAT_PERCENTILES, ThermalizationCheck, rhat_columns
 from lit_bayes.cli import last_checkpoint
 from lit_bayes.cli import main as lit_bayes
 from released_teacher import RELEASED_NORMS, RELEASED_NORMS_SWEEP, released_test_mse  # this script's directory is on sys.path
@@ -92,6 +92,11 @@ def config(args: argparse.Namespace, init: str) -> dict:
     return cfg
 
 
+def log_spaced(count: int, points: int) -> list[int]:
+    """About ``points`` indices into ``count`` records, denser at the start (quadratic spacing), in order."""
+    return sorted({min(count - 1, round((count - 1) * (i / (points - 1)) ** 2)) for i in range(points)})
+
+
 def trace_rows(directory: Path, informed: dict[int, float] | None = None, points: int = 8
                ) -> list[tuple[int, float | None, float]]:
     """(step, informed MSE, mean uninformed MSE) at about ``points`` log-spaced records of the metrics.csv
@@ -106,10 +111,8 @@ def trace_rows(directory: Path, informed: dict[int, float] | None = None, points
                 if values:
                     rows[int(row["step"])] = values
     steps = sorted(rows)
-    picks = sorted({steps[min(len(steps) - 1, round((len(steps) - 1) * (i / (points - 1)) ** 2))]
-                    for i in range(points)})
     out = []
-    for step in picks:
+    for step in (steps[i] for i in log_spaced(len(steps), points)):
         values = rows[step]
         if informed is None:
             uninformed = [v for k, v in values.items() if not k.endswith("/chain_0")]
@@ -127,15 +130,12 @@ def rhat_percentile_rows(check: ThermalizationCheck, points: int = 8) -> list[tu
     chains where the run has its informed chain's outputs, else over the uninformed ones; blocks recorded
     without percentiles (by an older version) are left out."""
     rows = check.traces()["rhat"]
-    width = len(RHAT_PERCENTILES)
-    informed = bool(torch.isfinite(rows[:, 1]).any()) if len(rows) else False
-    label, columns = ("all", [1, *range(3, 3 + width)]) if informed else \
-        ("uninformed", [2, *range(3 + width, 3 + 2 * width)])
-    kept = [row for row in rows[:, [0, *columns]].tolist() if all(math.isfinite(v) for v in row[2:])]
+    informed = bool(torch.isfinite(rows[:, rhat_columns("rhat")[0]]).any()) if len(rows) else False
+    name, label = ("rhat", "all") if informed else ("rhat_uninformed", "uninformed")
+    kept = [row for row in rows[:, [0, *rhat_columns(name)]].tolist() if all(math.isfinite(v) for v in row[2:])]
     if not kept:
         return []
-    picks = sorted({min(len(kept) - 1, round((len(kept) - 1) * (i / (points - 1)) ** 2)) for i in range(points)})
-    return [(int(kept[i][0]), label, kept[i][1:]) for i in picks]
+    return [(int(kept[i][0]), label, kept[i][1:]) for i in log_spaced(len(kept), points)]
 
 
 class Recorded(NamedTuple):
