@@ -132,8 +132,8 @@ class BlockTarget:
         self.prior = prior
         self.batch_size = batch_size
         self.state: Tensor | None = None
-        self.likelihood_energy: Tensor | None = None
-        self.prior_energy: Tensor | None = None
+        self.energy: Tensor | None = None  # U of every chain's current state, (C,) float64
+        self.prior_energy: Tensor | None = None  # its prior part
         self._pending: tuple | None = None
 
     @property
@@ -143,11 +143,6 @@ class BlockTarget:
     def block_size(self, block: int) -> int:
         """The number of parameters in ``block``."""
         return self.plans[block].members.numel()
-
-    @property
-    def energy(self) -> Tensor:
-        """U of every chain's current state, ``(C,)`` float64."""
-        return self.likelihood_energy + self.prior_energy
 
     def reduce(self, log_lik: Tensor) -> Tensor:
         """Likelihood energy -s * sum_i log p(y_i | ...) / T of per-point values ``(C, B)``."""
@@ -166,8 +161,8 @@ class BlockTarget:
         and return its energy on this target's batch."""
         self.state = state
         self._pending = None
-        self.likelihood_energy = self._reset_likelihood(state)
         self.prior_energy = self.posterior.prior_energy(self.prior.log_density(state))
+        self.energy = self._reset_likelihood(state) + self.prior_energy
         return self.energy
 
     def propose(self, block: int, step: Tensor) -> Tensor:
@@ -176,19 +171,19 @@ class BlockTarget:
         current = self.state[:, plan.index]
         values = current + step
         prior = self.prior_energy + self.posterior.prior_energy(self.prior.change(plan.index, current, step))
-        likelihood = self._propose_likelihood(plan, values, step)
-        self._pending = (plan, values, likelihood, prior)
-        return likelihood + prior
+        energy = self._propose_likelihood(plan, values, step) + prior
+        self._pending = (plan, values, energy, prior)
+        return energy
 
     def commit(self, accept: Tensor) -> None:
         """Keep the last proposal in the chains where ``accept`` (C,) is true."""
-        plan, values, likelihood, prior = self._pending
+        plan, values, energy, prior = self._pending
         if isinstance(plan.index, slice):  # a view: written in place
             block = self.state[:, plan.index]
             torch.where(accept[:, None], values, block, out=block)
         else:
             self.state[:, plan.index] = torch.where(accept[:, None], values, self.state[:, plan.index])
-        self.likelihood_energy = torch.where(accept, likelihood, self.likelihood_energy)
+        self.energy = torch.where(accept, energy, self.energy)
         self.prior_energy = torch.where(accept, prior, self.prior_energy)
         self._commit_likelihood(accept)
         self._pending = None
@@ -389,7 +384,7 @@ class IncrementalTarget(BlockTarget):
         rejected = (~accept).nonzero().squeeze(1) if accept.device.type == "cpu" else None
         for l, g in enumerate(pres, start=j):
             old, self.pre[l] = self.pre[l], keep_accepted(g, self.pre[l], accept, rejected)
-            if self._scratch.get(("next", l)) is g:  # the scratch tensor is the cache now: swap them
+            if self.pre[l] is g and self._scratch.get(("next", l)) is g:  # the scratch tensor is the cache now: swap
                 self._scratch["next", l] = old
         for l, h in enumerate(posts, start=j):
             self.post[l] = keep_accepted(h, self.post[l], accept, rejected)
@@ -400,9 +395,15 @@ def keep_accepted(new: Tensor, old: Tensor, accept: Tensor, rejected: Tensor | N
     """``where(accept, new, old)`` over the leading (chain) dimension, written into ``new``.
 
     With ``rejected`` (the indices of ``~accept``, on CPU) only the rejected chains' rows are
-    copied: a full ``where`` pass over every cached layer was the bulk of a block's cost there.
-    Without it (CUDA), one ``where``, which needs no host synchronisation.
+    copied: a full ``where`` pass over every cached layer was the bulk of a block's cost there;
+    when no chain or every chain rejects, ``new`` or ``old`` itself is returned, nothing copied
+    (one chain always takes one of these). Without it (CUDA), one ``where``, which needs no host
+    synchronisation.
     """
     if rejected is None:
         return torch.where(accept.view(-1, *([1] * (new.dim() - 1))), new, old)
+    if rejected.numel() == 0:
+        return new
+    if rejected.numel() == new.shape[0]:
+        return old
     return new.index_copy_(0, rejected, old.index_select(0, rejected))

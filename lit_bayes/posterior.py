@@ -321,8 +321,8 @@ class FlatPrior:
 
 class GaussianFlatPrior(FlatPrior):
     """:class:`GaussianPrior` over flat vectors, from a table of per-position variances: the
-    change of a block is -sum_i step_i (theta*_i + theta_i) / (2 v_i), which has no cancellation
-    between two squares."""
+    change of a block is -sum_i step_i (2 theta_i + step_i) / (2 v_i) (= -sum_i (theta*_i^2 - theta_i^2) / (2 v_i)
+    with theta* = theta + step), which has no cancellation between two squares."""
 
     def __init__(self, prior: GaussianPrior, shapes: Mapping[str, Sequence[int]],
                  device: torch.device | None = None) -> None:
@@ -330,14 +330,14 @@ class GaussianFlatPrior(FlatPrior):
         variances = torch.cat([torch.full((math.prod(shape),), prior.variance_of(name), dtype=torch.float64)
                                for name, shape in self.shapes.items()]).to(device)
         self.inv_var = 1.0 / variances
+        self.neg_half_inv_var = -0.5 * self.inv_var  # the change's weights, one product per block
         self.log_norm = 0.5 * float(torch.log(2 * math.pi * variances).sum())
 
     def log_density(self, state: Tensor) -> Tensor:
         return -(0.5 * (state.double().square() * self.inv_var).sum(1) + self.log_norm)
 
     def change(self, members: Tensor | slice, current: Tensor, step: Tensor) -> Tensor:
-        values = current + step
-        return -0.5 * ((step * (values + current)).double() * self.inv_var[members]).sum(1)
+        return (step * torch.add(step, current, alpha=2)).double() @ self.neg_half_inv_var[members]
 
 
 class GaussianPrior(Prior):
@@ -462,8 +462,8 @@ class Posterior:
     def likelihood_energy(self, total_log_lik: Tensor, batch_size: int) -> Tensor:
         """The likelihood part of the energy, -s * sum_{i in B} log p(y_i | x_i, theta) / T, from the
         batch's summed log-likelihoods ``total_log_lik`` (any shape)."""
-        return -self.likelihood_scale(batch_size) * total_log_lik / self.temperature
+        return total_log_lik * (-self.likelihood_scale(batch_size) / self.temperature)  # one product
 
     def prior_energy(self, log_prior: Tensor) -> Tensor:
         """The prior part of the energy, -log p(theta) / T."""
-        return -log_prior / self.temperature
+        return log_prior * (-1.0 / self.temperature)

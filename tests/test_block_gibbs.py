@@ -173,30 +173,38 @@ def test_never_accepted_block_keeps_its_values_over_sweeps():
     assert torch.equal(sampler.chains.flat()[:, members], start[:, members])
 
 
-class _NaNForChainZero(BlockTarget):
-    """A toy target: energy 0 at the current state, every proposal is better (energy -1),
-    except chain 0's, whose proposed energy is NaN."""
+class _FixedEnergies(BlockTarget):
+    """A toy target: every chain's current likelihood energy is ``now`` and every proposal's ``proposed``."""
+
+    now = [0.0, 0.0, 0.0, 0.0, math.nan, math.nan]
+    proposed = [math.nan, -math.inf, math.inf, -1e9, -1e9, math.nan]
 
     def _reset_likelihood(self, state):
-        return torch.zeros(state.shape[0], dtype=torch.float64)
+        return torch.tensor(self.now, dtype=torch.float64)
 
     def _propose_likelihood(self, plan, values, delta):
-        return torch.tensor([math.nan] + [-1e9] * (values.shape[0] - 1), dtype=torch.float64)
+        return torch.tensor(self.proposed, dtype=torch.float64)
 
     def _commit_likelihood(self, accept):
         pass
 
 
-def test_nan_proposal_is_a_rejection():
-    theta = torch.zeros(3, 2)
-    stepper = BlockMetropolis([theta], variances=[0.1, 0.1], generator=torch.Generator().manual_seed(0))
+def test_nan_or_infinite_proposal_is_a_rejection_and_a_nan_state_moves():
+    """Chains 0-2 propose NaN, -inf and +inf energies: rejected; chain 3 a better finite one: accepted;
+    chain 4 is at a NaN energy and moves to its finite proposal; chain 5 (NaN to NaN) stays. Adapting,
+    the rejections count as acceptance probability 0 (no NaN in the variances)."""
+    theta = torch.zeros(6, 2)
+    stepper = BlockMetropolis([theta], variances=[0.1, 0.1], adapt_steps=1, generator=torch.Generator().manual_seed(0))
     plans = [BlockPlan(torch.tensor([0]), 0), BlockPlan(torch.tensor([1]), 0)]
     prior = GaussianPrior(1.0)
     posterior = Posterior(Gaussian(), prior, minibatch_scaling="sum")
-    energy = stepper.step(lambda: _NaNForChainZero(plans, posterior, prior.flat({"theta": (2,)}), 1))
+    stepper.step(lambda: _FixedEnergies(plans, posterior, prior.flat({"theta": (2,)}), 1))
     accepted, _ = stepper.acceptance()
-    assert accepted.tolist() == [[0, 0], [1, 1], [1, 1]]
-    assert torch.equal(theta[0], torch.zeros(2)) and (theta[1:] != 0).all() and torch.isfinite(energy).all()
+    assert accepted.tolist() == [[0, 0], [0, 0], [0, 0], [1, 1], [1, 1], [0, 0]]
+    assert (theta[[0, 1, 2, 5]] == 0).all() and (theta[[3, 4]] != 0).all()
+    variances = stepper.proposal_variances()
+    assert torch.isfinite(variances).all()
+    assert (variances[[0, 1, 2, 5]] < 0.1).all() and (variances[[3, 4]] > 0.1).all()
 
 
 def test_adaptation_moves_variances_during_burn_in_then_freezes():
@@ -404,13 +412,15 @@ def test_mnist_fnbg_recipe_runs_end_to_end_on_tiny_idx_files(tmp_path):
 
 def test_keep_accepted_index_and_where_paths_equal_where():
     """The commit's two ways of keeping accepted chains (rows of rejected chains copied on CPU,
-    one ``where`` on CUDA) both equal ``torch.where`` over the chain dimension."""
+    one ``where`` on CUDA) both equal ``torch.where`` over the chain dimension, also when every
+    chain accepts or every chain rejects (the CPU path then returns ``new`` or ``old`` itself)."""
     gen = torch.Generator().manual_seed(0)
     old, new = torch.randn(6, 3, 4, generator=gen), torch.randn(6, 3, 4, generator=gen)
-    accept = torch.tensor([True, False, True, True, False, False])
-    expected = torch.where(accept[:, None, None], new, old)
-    assert torch.equal(keep_accepted(new.clone(), old, accept, None), expected)
-    assert torch.equal(keep_accepted(new.clone(), old, accept, (~accept).nonzero().squeeze(1)), expected)
+    for accept in ([True, False, True, True, False, False], [True] * 6, [False] * 6):
+        accept = torch.tensor(accept)
+        expected = torch.where(accept[:, None, None], new, old)
+        assert torch.equal(keep_accepted(new.clone(), old, accept, None), expected)
+        assert torch.equal(keep_accepted(new.clone(), old, accept, (~accept).nonzero().squeeze(1)), expected)
 
 
 class LaplacePrior(Prior):

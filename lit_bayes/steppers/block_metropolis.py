@@ -116,14 +116,15 @@ class BlockMetropolis(Optimizer):
         alpha = torch.empty_like(std) if adapt else None
         accepts = []
         for q, (step, threshold) in enumerate(zip(steps, log_u.T)):
-            proposed_energy = target.propose(q, step)
-            now = torch.nan_to_num(target.energy, nan=math.inf)  # a NaN state moves to any finite proposal
-            log_ratio = torch.where(torch.isfinite(proposed_energy), now - proposed_energy, -math.inf)
+            # a NaN state moves to any finite proposal; a NaN or infinite proposal is +inf, never accepted
+            # (log_ratio -inf, or NaN where the state is infinite too)
+            now = torch.nan_to_num(target.energy, nan=math.inf)
+            log_ratio = now - torch.nan_to_num(target.propose(q, step), nan=math.inf, posinf=math.inf, neginf=math.inf)
             accept = threshold < log_ratio
             target.commit(accept)
             accepts.append(accept)
             if adapt:
-                alpha[:, q] = log_ratio.clamp(max=0.0).exp()
+                alpha[:, q] = log_ratio.clamp(max=0.0).exp().nan_to_num(nan=0.0)  # NaN: a rejection
         state["accepted"] += torch.stack(accepts, dim=1)
         state["step"] += 1
         if adapt:
