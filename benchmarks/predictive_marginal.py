@@ -5,8 +5,10 @@ likelihood, ``--samples`` parameter draws (default 1,000) and ``--points`` rando
 (default 10,000), float32. The reference path loops over samples: one
 ``torch.func.functional_call`` forward over all points per sample, softmax, running sum,
 divided by S at the end. The vectorised paths call
-:func:`lit_bayes.predictive.marginal_predictive` with each ``--chunk-sizes`` value
-(``auto``: the default it picks for the number of points).
+:func:`lit_bayes.predictive.marginal_predictive` with each ``--chunk-sizes`` value on tiles of
+``--tile-points`` points (``auto``: the defaults it picks for the device, on CPU tiles of 2,000 points
+and chunks of 100 samples), and once untiled with the chunk size it picked before tiles existed
+(``untiled``, chunks of 20 for 10,000 points), for comparison.
 
 Each path runs in its own subprocess (same inputs, same seed, same thread count), so the
 peak memory of one path cannot hide in another's. Peak memory is measured as:
@@ -52,9 +54,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--device", default=default_device, choices=["cpu", "cuda"])
     parser.add_argument("--samples", type=int, default=1000, help="number of parameter samples S")
     parser.add_argument("--points", type=int, default=10_000, help="number of input points")
-    parser.add_argument("--chunk-sizes", default="auto,100,1000",
+    parser.add_argument("--chunk-sizes", default="auto,20,1000",
                         help="comma-separated chunk sizes of the vectorised path; auto: the library's default for "
-                             "--points on --device (lit_bayes.predictive.default_chunk_size)")
+                             "a tile on --device (lit_bayes.predictive.default_chunk_size)")
+    parser.add_argument("--tile-points", default="auto",
+                        help="points per tile of the vectorised paths; auto: the library's default on --device "
+                             "(lit_bayes.predictive.default_tile_points)")
     parser.add_argument("--repeats", type=int, default=1, help="timed calls per path (the minimum is reported)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -62,16 +67,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.samples < 1 or args.points < 1 or args.repeats < 1:
         parser.error("--samples, --points and --repeats must be positive")
-    from lit_bayes.predictive import default_chunk_size
+    from lit_bayes.predictive import default_chunk_size, default_tile_points
 
-    auto = default_chunk_size(args.points, args.device)
     try:
+        tile = default_tile_points(args.points, args.device) if args.tile_points == "auto" else int(args.tile_points)
+        auto = default_chunk_size(min(args.points, tile), args.device)
         chunks = [auto if c.strip() == "auto" else int(c) for c in args.chunk_sizes.split(",") if c.strip()]
     except ValueError:
-        parser.error("--chunk-sizes must list positive integers or auto")
-    args.chunks = list(dict.fromkeys(chunks))
-    if not args.chunks or min(args.chunks) < 1:
-        parser.error("--chunk-sizes must list positive integers or auto")
+        parser.error("--chunk-sizes must list positive integers or auto, --tile-points a positive integer or auto")
+    if not chunks or min(chunks) < 1 or tile < 1:
+        parser.error("--chunk-sizes must list positive integers or auto, --tile-points a positive integer or auto")
+    # (chunk, tile) of every vectorised path, the untiled one last
+    args.paths = list(dict.fromkeys([(c, tile) for c in chunks] + [(default_chunk_size(args.points, args.device),
+                                                                     args.points)]))
     return args
 
 
@@ -107,11 +115,22 @@ def loop_path(sampler, samples, x):
     return total / num
 
 
-def vectorised_path(sampler, samples, x, chunk_size):
+def vectorised_path(sampler, samples, x, chunk_size, tile_points):
     from lit_bayes.predictive import marginal_predictive, uniform_log_weights
 
     num = next(iter(samples.values())).shape[0]
-    return marginal_predictive(sampler, samples, uniform_log_weights(num, x.device), x, chunk_size=chunk_size).probs
+    return marginal_predictive(sampler, samples, uniform_log_weights(num, x.device), x, chunk_size=chunk_size,
+                               tile_points=tile_points).probs
+
+
+def path_name(chunk: int, tile: int) -> str:
+    return f"chunk={chunk},tile={tile}"
+
+
+def parse_path(name: str) -> tuple[int, int]:
+    """``(chunk, tile)`` of a :func:`path_name`."""
+    chunk, tile = (int(part.split("=")[1]) for part in name.split(","))
+    return chunk, tile
 
 
 def _status_kib(field: str) -> int:
@@ -164,8 +183,8 @@ def worker(args) -> None:
     if args.worker == "loop":
         run = lambda s, xx: loop_path(sampler, s, xx)  # noqa: E731
     else:
-        chunk = int(args.worker.split("=")[1])
-        run = lambda s, xx: vectorised_path(sampler, s, xx, chunk)  # noqa: E731
+        chunk, tile = parse_path(args.worker)
+        run = lambda s, xx: vectorised_path(sampler, s, xx, chunk, tile)  # noqa: E731
 
     def sync():
         if x.device.type == "cuda":
@@ -205,15 +224,16 @@ def sgemm_flops_per_second(device: str, size: int = 2048, repeats: int = 5) -> f
     return 2 * size**3 / best
 
 
-def products_only_seconds(device: str, samples: int, points: int, chunk: int, repeats: int = 3) -> float:
-    """The predictive's matrix products alone, ``chunk`` samples at a time in the layout of
-    ``MLP.stacked_forward`` (first layer one product over the chunk, then batched products), with
+def products_only_seconds(device: str, samples: int, points: int, chunk: int, tile: int, repeats: int = 3) -> float:
+    """The predictive's matrix products alone, ``tile`` points and ``chunk`` samples at a time in the layout
+    of ``MLP.stacked_forward`` (first layer one product over the chunk, then batched products), with
     no activation, softmax or averaging: the best of ``repeats`` passes over all samples. Their
     rate over the sgemm peak is the ceiling of "of peak" for this layout on this device."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
-    x_t = torch.rand(WIDTHS[0], points, generator=generator).to(device)
+    tiles = [torch.rand(WIDTHS[0], min(tile, points - first), generator=generator).to(device)
+             for first in range(0, points, tile)]
     weights = [torch.randn(chunk, b, a, generator=generator).to(device) for a, b in zip(WIDTHS[:-1], WIDTHS[1:])]
     sizes = [chunk] * (samples // chunk) + ([samples % chunk] if samples % chunk else [])
     best = float("inf")
@@ -221,20 +241,22 @@ def products_only_seconds(device: str, samples: int, points: int, chunk: int, re
         if device == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        for size in sizes:
-            h = torch.mm(weights[0][:size].reshape(-1, WIDTHS[0]), x_t).reshape(size, WIDTHS[1], points)
-            for w in weights[1:]:
-                h = torch.bmm(w[:size], h)
+        for x_t in tiles:
+            for size in sizes:
+                h = torch.mm(weights[0][:size].reshape(-1, WIDTHS[0]), x_t).reshape(size, WIDTHS[1], -1)
+                for w in weights[1:]:
+                    h = torch.bmm(w[:size], h)
         if device == "cuda":
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
     return best
 
 
-def forward_only_seconds(args, chunk: int, repeats: int = 3) -> float:
-    """The network's stacked forward alone (``sampler.outputs``: the products and the activations), ``chunk``
-    samples at a time, no softmax or averaging: the best of ``repeats`` passes over all samples. Its rate over
-    the sgemm peak is the ceiling of "of peak" that the marginalisation's own work leaves untouched."""
+def forward_only_seconds(args, chunk: int, tile: int, repeats: int = 3) -> float:
+    """The network's stacked forward alone (``sampler.outputs``: the products and the activations), ``tile``
+    points and ``chunk`` samples at a time, no softmax or averaging: the best of ``repeats`` passes over all
+    samples. Its rate over the sgemm peak is the ceiling of "of peak" that the marginalisation's own work
+    leaves untouched."""
     import torch
 
     sampler, samples, x = build(args)
@@ -245,8 +267,9 @@ def forward_only_seconds(args, chunk: int, repeats: int = 3) -> float:
             if x.device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            for first in range(0, num, chunk):
-                sampler.outputs({n: p[first:first + chunk] for n, p in samples.items()}, x)
+            for point in range(0, x.shape[0], tile):
+                for first in range(0, num, chunk):
+                    sampler.outputs({n: p[first:first + chunk] for n, p in samples.items()}, x[point:point + tile])
             if x.device.type == "cuda":
                 torch.cuda.synchronize()
             best = min(best, time.perf_counter() - start)
@@ -280,11 +303,11 @@ def main() -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda asked for, but CUDA is not available")
-    names = ["loop"] + [f"chunk={c}" for c in args.chunks]
+    names = ["loop"] + [path_name(c, t) for c, t in args.paths]
     results, probs = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            out = Path(tmp) / f"{name.replace('=', '_')}.safetensors"
+            out = Path(tmp) / f"{name.replace('=', '_').replace(',', '_')}.safetensors"
             results[name] = run_path(args, name, out)
             probs[name] = load_file(str(out))["probs"]
 
@@ -298,13 +321,14 @@ def main() -> int:
           f"float32, device={args.device} ({device_name}), torch threads={results['loop']['threads']}, "
           f"os.cpu_count()={os.cpu_count()}")
     print(f"peak memory = extra memory at the path's peak: {results['loop']['method']}")
-    one = {c: min(c, args.samples) * args.points * WIDTHS[-1] * 4 / 2**20 for c in args.chunks}
-    print("for scale, one (chunk x points x 10) float32 activation: "
-          + ", ".join(f"chunk={c}: {mib:.1f} MiB" for c, mib in one.items())
+    one = {path_name(c, t): min(c, args.samples) * min(t, args.points) * WIDTHS[-1] * 4 / 2**20
+           for c, t in args.paths}
+    print("for scale, one (chunk x tile x 10) float32 activation: "
+          + ", ".join(f"{name}: {mib:.1f} MiB" for name, mib in one.items())
           + f"; the loop's per-sample (points x 10) activation: {args.points * WIDTHS[-1] * 4 / 2**20:.2f} MiB")
     print(f"sgemm peak (2048^2 float32, same run): {peak_rate / 1e9:.1f} GFLOP/s; the predictive's products: "
           f"{flops / 1e9:.1f} GFLOP; 'of peak' = their rate over the sgemm peak (target >= 0.85)")
-    header = f"{'path':<32}{'seconds':>10}{'speed-up':>10}{'of peak':>9}{'peak MiB':>11}{'max |dp|':>12}"
+    header = f"{'path':<46}{'seconds':>10}{'speed-up':>10}{'of peak':>9}{'peak MiB':>11}{'max |dp|':>12}"
     print(header)
     print("-" * len(header))
     figures = {"benchmark": "predictive_marginal", "device": args.device, "samples": args.samples,
@@ -318,10 +342,10 @@ def main() -> int:
         diff = float((probs[name] - reference).abs().max())
         max_diff = max(max_diff, diff)
         label = "python loop over samples" if name == "loop" else f"marginal_predictive {name}"
-        print(f"{label:<32}{seconds:>10.3f}{loop_s / seconds:>9.2f}x{flops / seconds / peak_rate:>9.2f}"
+        print(f"{label:<46}{seconds:>10.3f}{loop_s / seconds:>9.2f}x{flops / seconds / peak_rate:>9.2f}"
               f"{results[name]['peak_bytes'] / 2**20:>11.1f}{diff:>12.2e}")
         if name != "loop":
-            key = f"vectorised_c{name.split('=')[1]}"
+            key = "vectorised_c{}_t{}".format(*parse_path(name))
             figures[f"{key}_s"] = round(seconds, 4)
             figures[f"{key}_speedup"] = round(loop_s / seconds, 3)
             figures[f"{key}_peak_mib"] = round(results[name]["peak_bytes"] / 2**20, 1)
@@ -329,19 +353,19 @@ def main() -> int:
             figures[f"{key}_fraction_of_sgemm_peak"] = round(flops / seconds / peak_rate, 3)
     best = min((n for n in names if n != "loop"), key=lambda n: results[n]["seconds"])
     figures["vectorised_s"] = round(results[best]["seconds"], 4)
-    figures["vectorised_best_chunk"] = int(best.split("=")[1])
+    figures["vectorised_best_chunk"], figures["vectorised_best_tile"] = parse_path(best)
     figures["speedup"] = round(loop_s / results[best]["seconds"], 3)
     figures["fraction_of_sgemm_peak"] = round(flops / results[best]["seconds"] / peak_rate, 3)
     figures["max_abs_diff"] = max_diff
     figures["within_tolerance"] = max_diff <= TOLERANCE
-    chunk = figures["vectorised_best_chunk"]
-    ceiling = flops / products_only_seconds(args.device, args.samples, args.points, chunk) / peak_rate
+    chunk, tile = parse_path(best)
+    ceiling = flops / products_only_seconds(args.device, args.samples, args.points, chunk, tile) / peak_rate
     figures["products_only_fraction_of_sgemm_peak"] = round(ceiling, 3)
-    forward = flops / forward_only_seconds(args, chunk) / peak_rate
+    forward = flops / forward_only_seconds(args, chunk, tile) / peak_rate
     figures["forward_only_fraction_of_sgemm_peak"] = round(forward, 3)
-    print(f"the matrix products alone at chunk={chunk} (no activation, softmax or averaging): {ceiling:.2f} of peak, "
+    print(f"the matrix products alone at {best} (no activation, softmax or averaging): {ceiling:.2f} of peak, "
           "the ceiling of 'of peak' for this layout here")
-    print(f"the network's forward alone at chunk={chunk} (products and activations, no softmax or averaging): "
+    print(f"the network's forward alone at {best} (products and activations, no softmax or averaging): "
           f"{forward:.2f} of peak")
     print(f"max abs difference of probabilities vs loop: {max_diff:.2e} "
           f"({'OK' if max_diff <= TOLERANCE else 'ABOVE'} tolerance {TOLERANCE:g})")

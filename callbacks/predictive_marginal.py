@@ -12,8 +12,8 @@ __all__ = ["PredictiveMarginal"]
 class PredictiveMarginal(Callback):
     """Marginalises the predictive over the kept samples (or the current chains when none
     are kept yet) on every validation/test batch, vectorised over samples and points,
-    ``chunk_size`` samples at a time (``None``: sized to the batch,
-    :func:`lit_bayes.predictive.default_chunk_size`), on the trainer's device.
+    ``chunk_size`` samples at a time (``None``: sized to the batch's tiles of points on CPU,
+    :func:`lit_bayes.predictive.default_chunk_size` and ``default_tile_points``), on the trainer's device.
 
     Each result (:class:`lit_bayes.predictive.Predictive`) is handed to every callback
     that defines ``on_predictive(trainer, pl_module, stage, predictive, target, inputs)``,

@@ -373,6 +373,8 @@ def test_marginal_predictive_rejects_bad_chunk_size():
     samples = sampler.initial_state(torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="chunk_size must be an integer >= 1, got 0"):
         marginal_predictive(sampler, samples, uniform_log_weights(1), torch.randn(B, 3), chunk_size=0)
+    with pytest.raises(ValueError, match="tile_points must be an integer >= 1, got 0"):
+        marginal_predictive(sampler, samples, uniform_log_weights(1), torch.randn(B, 3), tile_points=0)
 
 
 # ----------------------------------------------------------------- checkpoints

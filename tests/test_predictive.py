@@ -17,7 +17,8 @@ from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, Uncertaint
 from lit_bayes.data import TwoMoons
 from lit_bayes.metrics import NLPD, BrierScore, PerSampleECE, PerSampleRMSE
 from lit_bayes.models import MLP, MultinomialProbit
-from lit_bayes.predictive import Predictive, default_chunk_size, marginal_predictive, uniform_log_weights
+from lit_bayes.predictive import (Predictive, default_chunk_size, default_tile_points, marginal_predictive,
+                                  uniform_log_weights)
 
 NUM_SAMPLES = 23  # not a multiple of the chunk sizes below
 
@@ -140,6 +141,7 @@ def test_classifiers_log_likelihood_is_their_class_log_probability_of_the_label(
 
 
 def test_default_chunk_size_keeps_about_2e5_sample_points_per_chunk_on_cpu():
+    assert default_tile_points(10_000, torch.device("cpu")) == 2_000 and default_tile_points(10_000, "cuda") == 10_000
     assert default_chunk_size(10_000, torch.device("cpu")) == 20
     assert default_chunk_size(1_000, "cpu") == 200
     assert default_chunk_size(10**7, "cpu") == 1
@@ -154,6 +156,19 @@ def test_results_do_not_depend_on_chunk_size(name):
     for other in results[1:]:
         for field in ("log_probs", "log_prob_target", "entropy", "mutual_information"):
             torch.testing.assert_close(getattr(other, field), getattr(results[0], field), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(CLASSIFIERS))
+def test_point_tiles_give_the_one_pass_predictive(name):
+    """Tiles of points (on CPU by default; here 5, 5, 5 and 2 of 17 points) give the values of one pass over
+    all points, the per-sample log-probabilities (points on their second dimension) included."""
+    sampler, samples, x, y = classification_problem(name, seed=3)
+    log_weights = random_log_weights(NUM_SAMPLES, seed=4)
+    whole, tiled = (marginal_predictive(sampler, samples, log_weights, x, y, chunk_size=7, keep_per_sample=True,
+                                        tile_points=tile) for tile in (17, 5))
+    for field in ("log_probs", "log_prob_target", "entropy", "mutual_information", "sample_log_probs"):
+        assert getattr(tiled, field).shape == getattr(whole, field).shape, field
+        torch.testing.assert_close(getattr(tiled, field), getattr(whole, field), rtol=1e-6, atol=1e-6)  # float32 products
 
 
 @pytest.mark.parametrize("name", sorted(CLASSIFIERS))
@@ -181,15 +196,16 @@ def test_per_sample_log_probs_and_reference_loop_path(name):
 
 @pytest.mark.parametrize("learn_noise", [False, True], ids=["fixed_noise", "learned_noise"])
 @pytest.mark.parametrize("weighting", ["uniform", "weighted"])
-@pytest.mark.parametrize("chunk_size", [1, 7, NUM_SAMPLES])
-def test_regression_mixture_equals_loop(chunk_size, weighting, learn_noise):
+@pytest.mark.parametrize("chunk_size, tile_points", [(1, None), (7, None), (NUM_SAMPLES, None), (7, 4)])
+def test_regression_mixture_equals_loop(chunk_size, tile_points, weighting, learn_noise):
     sampler = make_sampler(Gaussian(noise_std=0.7, learn_noise=learn_noise), [2, 8, 1])
     samples = prior_draws(sampler, NUM_SAMPLES, seed=5, variance=1.0)
     assert ("likelihood.log_noise_std" in samples) == learn_noise
     g = torch.Generator().manual_seed(6)
     x, y = torch.randn(13, 2, generator=g), 2.0 * torch.randn(13, generator=g)
     log_weights = uniform_log_weights(NUM_SAMPLES) if weighting == "uniform" else random_log_weights(NUM_SAMPLES)
-    got = marginal_predictive(sampler, samples, log_weights, x, y, chunk_size=chunk_size, keep_per_sample=True)
+    got = marginal_predictive(sampler, samples, log_weights, x, y, chunk_size=chunk_size, keep_per_sample=True,
+                              tile_points=tile_points)
     mean, variance, log_density = loop_regression(sampler, samples, log_weights, x, y)
     torch.testing.assert_close(got.mean.double(), mean, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got.variance.double(), variance, rtol=1e-4, atol=1e-5)
