@@ -123,7 +123,7 @@ class BlockTarget:
 
     Subclasses evaluate the likelihood part: ``_reset_likelihood(state)``,
     ``_propose_likelihood(plan, values, delta)`` (the (C,) energy with the block replaced)
-    and ``_commit_likelihood(accept)``.
+    and ``_commit_likelihood(accept, rejected)`` (``rejected``: the indices of ``~accept`` on CPU, else None).
     """
 
     def __init__(self, plans: list[BlockPlan], posterior: Posterior, prior: FlatPrior, batch_size: int) -> None:
@@ -178,14 +178,14 @@ class BlockTarget:
     def commit(self, accept: Tensor) -> None:
         """Keep the last proposal in the chains where ``accept`` (C,) is true."""
         plan, values, energy, prior = self._pending
+        rejected = (~accept).nonzero().squeeze(1) if accept.device.type == "cpu" else None
         if isinstance(plan.index, slice):  # a view: written in place
-            block = self.state[:, plan.index]
-            torch.where(accept[:, None], values, block, out=block)
-        else:
-            self.state[:, plan.index] = torch.where(accept[:, None], values, self.state[:, plan.index])
-        self.energy = torch.where(accept, energy, self.energy)
-        self.prior_energy = torch.where(accept, prior, self.prior_energy)
-        self._commit_likelihood(accept)
+            write_accepted(self.state[:, plan.index], values, accept, rejected)
+        elif rejected is None or rejected.numel() < accept.numel():
+            self.state[:, plan.index] = keep_accepted(values, self.state[:, plan.index], accept, rejected)
+        self.energy = select_accepted(energy, self.energy, accept, rejected)
+        self.prior_energy = select_accepted(prior, self.prior_energy, accept, rejected)
+        self._commit_likelihood(accept, rejected)
         self._pending = None
 
     def _reset_likelihood(self, state: Tensor) -> Tensor:
@@ -194,7 +194,7 @@ class BlockTarget:
     def _propose_likelihood(self, plan: BlockPlan, values: Tensor, delta: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def _commit_likelihood(self, accept: Tensor) -> None:
+    def _commit_likelihood(self, accept: Tensor, rejected: Tensor | None) -> None:
         raise NotImplementedError
 
 
@@ -216,7 +216,7 @@ class FullForwardTarget(BlockTarget):
         proposed[:, plan.members] = values
         return self.reduce(self.log_likelihood(proposed))
 
-    def _commit_likelihood(self, accept: Tensor) -> None:
+    def _commit_likelihood(self, accept: Tensor, rejected: Tensor | None) -> None:
         """Nothing is cached besides the energy."""
 
 
@@ -371,17 +371,15 @@ class IncrementalTarget(BlockTarget):
         output = self._tail(j + 1, g_above)
         return self._output_likelihood(output, scratch=output is not g_above)  # g_above is kept
 
-    def _commit_likelihood(self, accept: Tensor) -> None:
+    def _commit_likelihood(self, accept: Tensor, rejected: Tensor | None) -> None:
         j, row, pres, posts = self._cache
         if row is not None:  # layer j changed in node k only: update that row in place
             k, column, h_column = row
-            keep = accept[:, None]
-            torch.where(keep, column, self.pre[j][:, k], out=self.pre[j][:, k])
+            write_accepted(self.pre[j][:, k], column, accept, rejected)
             if h_column is not None:
-                torch.where(keep, h_column, self.post[j][:, k], out=self.post[j][:, k])
+                write_accepted(self.post[j][:, k], h_column, accept, rejected)
                 self._valid = j + 2  # layer j + 1 is kept below (or lags); the ones above are stale
             j += 1  # pres and posts start at the layer above
-        rejected = (~accept).nonzero().squeeze(1) if accept.device.type == "cpu" else None
         for l, g in enumerate(pres, start=j):
             old, self.pre[l] = self.pre[l], keep_accepted(g, self.pre[l], accept, rejected)
             if self.pre[l] is g and self._scratch.get(("next", l)) is g:  # the scratch tensor is the cache now: swap
@@ -389,6 +387,24 @@ class IncrementalTarget(BlockTarget):
         for l, h in enumerate(posts, start=j):
             self.post[l] = keep_accepted(h, self.post[l], accept, rejected)
         self._cache = None
+
+
+def select_accepted(new: Tensor, old: Tensor, accept: Tensor, rejected: Tensor | None) -> Tensor:
+    """``where(accept, new, old)`` of per-chain values ``(C,)``; with ``rejected`` (the indices of ``~accept``,
+    on CPU) ``new`` or ``old`` itself when no chain or every chain rejects."""
+    if rejected is None or 0 < rejected.numel() < accept.numel():
+        return torch.where(accept, new, old)
+    return new if rejected.numel() == 0 else old
+
+
+def write_accepted(target: Tensor, new: Tensor, accept: Tensor, rejected: Tensor | None) -> None:
+    """``target <- where(accept, new, target)`` over the leading (chain) dimension, in place. With
+    ``rejected`` (the indices of ``~accept``, on CPU) nothing is written when every chain rejects and
+    ``new`` is copied when none does (one chain always takes one of these)."""
+    if rejected is None or 0 < rejected.numel() < accept.numel():
+        torch.where(accept.view(-1, *([1] * (new.dim() - 1))), new, target, out=target)
+    elif rejected.numel() == 0:
+        target.copy_(new)
 
 
 def keep_accepted(new: Tensor, old: Tensor, accept: Tensor, rejected: Tensor | None) -> Tensor:

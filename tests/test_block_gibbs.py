@@ -16,7 +16,8 @@ from lit_bayes.posterior import Prior
 from lit_bayes.blocks import modulo_partition
 from lit_bayes.callbacks import AcceptanceMonitor, PosteriorSamples
 from lit_bayes.data import LinearRegression, NoisyXOR
-from lit_bayes.incremental import BlockPlan, BlockTarget, FullForwardTarget, keep_accepted
+from lit_bayes.incremental import (BlockPlan, BlockTarget, FullForwardTarget, keep_accepted, select_accepted,
+                                   write_accepted)
 from lit_bayes.models import MLP
 from lit_bayes.samplers.block_gibbs import BlockGibbs
 from lit_bayes.steppers.block_metropolis import BlockMetropolis
@@ -185,7 +186,7 @@ class _FixedEnergies(BlockTarget):
     def _propose_likelihood(self, plan, values, delta):
         return torch.tensor(self.proposed, dtype=torch.float64)
 
-    def _commit_likelihood(self, accept):
+    def _commit_likelihood(self, accept, rejected):
         pass
 
 
@@ -411,16 +412,22 @@ def test_mnist_fnbg_recipe_runs_end_to_end_on_tiny_idx_files(tmp_path):
 
 
 def test_keep_accepted_index_and_where_paths_equal_where():
-    """The commit's two ways of keeping accepted chains (rows of rejected chains copied on CPU,
-    one ``where`` on CUDA) both equal ``torch.where`` over the chain dimension, also when every
-    chain accepts or every chain rejects (the CPU path then returns ``new`` or ``old`` itself)."""
+    """The commit's ways of keeping accepted chains (rows of rejected chains copied on CPU, one ``where``
+    on CUDA; in place for a cache row; per-chain energies) all equal ``torch.where`` over the chain
+    dimension, also when every chain accepts or every chain rejects (where the CPU path skips the work)."""
     gen = torch.Generator().manual_seed(0)
     old, new = torch.randn(6, 3, 4, generator=gen), torch.randn(6, 3, 4, generator=gen)
     for accept in ([True, False, True, True, False, False], [True] * 6, [False] * 6):
         accept = torch.tensor(accept)
         expected = torch.where(accept[:, None, None], new, old)
+        rejected = (~accept).nonzero().squeeze(1)
         assert torch.equal(keep_accepted(new.clone(), old, accept, None), expected)
-        assert torch.equal(keep_accepted(new.clone(), old, accept, (~accept).nonzero().squeeze(1)), expected)
+        assert torch.equal(keep_accepted(new.clone(), old, accept, rejected), expected)
+        for known in (None, rejected):  # the in-place row update and the per-chain selection of the energies
+            target = old.clone()
+            write_accepted(target, new, accept, known)
+            assert torch.equal(target, expected)
+            assert torch.equal(select_accepted(new[:, 0, 0], old[:, 0, 0], accept, known), expected[:, 0, 0])
 
 
 class LaplacePrior(Prior):
