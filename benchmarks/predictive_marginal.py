@@ -7,8 +7,8 @@ likelihood, ``--samples`` parameter draws (default 1,000) and ``--points`` rando
 divided by S at the end. The vectorised paths call
 :func:`lit_bayes.predictive.marginal_predictive` with each ``--chunk-sizes`` value on tiles of
 ``--tile-points`` points (``auto``: the defaults it picks for the device, on CPU tiles of 2,000 points
-and chunks of 100 samples), and once untiled with the chunk size it picked before tiles existed
-(``untiled``, chunks of 20 for 10,000 points), for comparison.
+and chunks of 100 samples), and once untiled (one tile of all points) with the chunk size it picked
+before tiles existed (chunks of 20 for 10,000 points), for comparison.
 
 Each path runs in its own subprocess (same inputs, same seed, same thread count), so the
 peak memory of one path cannot hide in another's. Peak memory is measured as:
