@@ -181,7 +181,7 @@ class BlockTarget:
         rejected = (~accept).nonzero().squeeze(1) if accept.device.type == "cpu" else None
         if isinstance(plan.index, slice):  # a view: written in place
             write_accepted(self.state[:, plan.index], values, accept, rejected)
-        elif rejected is None or rejected.numel() < accept.numel():
+        elif unanimous(accept, rejected) is not False:
             self.state[:, plan.index] = keep_accepted(values, self.state[:, plan.index], accept, rejected)
         self.energy = select_accepted(energy, self.energy, accept, rejected)
         self.prior_energy = select_accepted(prior, self.prior_energy, accept, rejected)
@@ -389,21 +389,31 @@ class IncrementalTarget(BlockTarget):
         self._cache = None
 
 
-def select_accepted(new: Tensor, old: Tensor, accept: Tensor, rejected: Tensor | None) -> Tensor:
-    """``where(accept, new, old)`` of per-chain values ``(C,)``; with ``rejected`` (the indices of ``~accept``,
-    on CPU) ``new`` or ``old`` itself when no chain or every chain rejects."""
+def unanimous(accept: Tensor, rejected: Tensor | None) -> bool | None:
+    """True when every chain accepts, False when every chain rejects, None when they differ or it is not
+    known without a host synchronisation (``rejected``, the indices of ``~accept``, is None off the CPU)."""
     if rejected is None or 0 < rejected.numel() < accept.numel():
+        return None
+    return rejected.numel() == 0
+
+
+def select_accepted(new: Tensor, old: Tensor, accept: Tensor, rejected: Tensor | None) -> Tensor:
+    """``where(accept, new, old)`` of per-chain values ``(C,)``; ``new`` or ``old`` itself when the decision
+    is :func:`unanimous`."""
+    everyone = unanimous(accept, rejected)
+    if everyone is None:
         return torch.where(accept, new, old)
-    return new if rejected.numel() == 0 else old
+    return new if everyone else old
 
 
 def write_accepted(target: Tensor, new: Tensor, accept: Tensor, rejected: Tensor | None) -> None:
-    """``target <- where(accept, new, target)`` over the leading (chain) dimension, in place. With
-    ``rejected`` (the indices of ``~accept``, on CPU) nothing is written when every chain rejects and
-    ``new`` is copied when none does (one chain always takes one of these)."""
-    if rejected is None or 0 < rejected.numel() < accept.numel():
+    """``target <- where(accept, new, target)`` over the leading (chain) dimension, in place: nothing is
+    written when every chain rejects and ``new`` is copied when none does (:func:`unanimous`; one chain
+    always takes one of these)."""
+    everyone = unanimous(accept, rejected)
+    if everyone is None:
         torch.where(accept.view(-1, *([1] * (new.dim() - 1))), new, target, out=target)
-    elif rejected.numel() == 0:
+    elif everyone:
         target.copy_(new)
 
 
@@ -412,14 +422,13 @@ def keep_accepted(new: Tensor, old: Tensor, accept: Tensor, rejected: Tensor | N
 
     With ``rejected`` (the indices of ``~accept``, on CPU) only the rejected chains' rows are
     copied: a full ``where`` pass over every cached layer was the bulk of a block's cost there;
-    when no chain or every chain rejects, ``new`` or ``old`` itself is returned, nothing copied
+    when the decision is :func:`unanimous`, ``new`` or ``old`` itself is returned, nothing copied
     (one chain always takes one of these). Without it (CUDA), one ``where``, which needs no host
     synchronisation.
     """
+    everyone = unanimous(accept, rejected)
+    if everyone is not None:
+        return new if everyone else old
     if rejected is None:
         return torch.where(accept.view(-1, *([1] * (new.dim() - 1))), new, old)
-    if rejected.numel() == 0:
-        return new
-    if rejected.numel() == new.shape[0]:
-        return old
     return new.index_copy_(0, rejected, old.index_select(0, rejected))

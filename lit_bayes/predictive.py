@@ -176,10 +176,10 @@ def marginal_predictive(
     total = float(log_norm)
     if abs(total) > 1e-4:
         raise ValueError(f"log_weights must be normalised (logsumexp 0), got logsumexp {total:.3g}")
-    if x.shape[0] <= tile_points:
-        return _marginal_tile(sampler, samples, log_weights, log_norm, x, y, chunk_size, keep_per_sample)
     tiles = [_marginal_tile(sampler, samples, log_weights, log_norm, x[sl], None if y is None else y[sl], chunk_size,
                             keep_per_sample) for sl in _chunks(x.shape[0], tile_points)]
+    if len(tiles) == 1:
+        return tiles[0]
     per_sample = ("sample_log_probs", "sample_means")  # (S, B, ...): points on the second dimension
     return Predictive(**{field: None if getattr(tiles[0], field) is None else
                          torch.cat([getattr(t, field) for t in tiles], dim=1 if field in per_sample else 0)
