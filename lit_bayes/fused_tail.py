@@ -1,4 +1,4 @@
-"""The layers above a changed node, compiled into one loop over the points (FNBG, fused path).
+"""The layers above a changed node, compiled into one loop over the points per layer (FNBG, fused path).
 
 After a block inside node k of layer j, the incremental path (module :mod:`lit_bayes.incremental`,
 Eq. 3.2 of [003]) adds the rank-one term w_{j+1}[:, k] (h_jk' - h_jk) to layer j + 1's
@@ -8,15 +8,22 @@ chains and B = 3000 a block streams ~25 MB through the caches for a few hundred 
 
 Written unit by unit on ``(C, B)`` slices, every step is elementwise in the points (the layer
 products become sums of d terms ``w[:, o, i] * h_i``), so ``torch.compile`` emits one vectorised
-loop over chains and points that keeps a point's activations in registers and writes only the
-node's new activations ``(C, B)`` and every chain's summed log-likelihood (the node's own
-activation and the float64 sum are in the loop too; the sigmoid is taken through ``exp2``,
-inductor's own calls the slower ``exp``). The unrolled graph has sum_l d_l d_{l-1} terms: the
-fused path is for the narrow layers above the first (the paper's MLP(784, 10, 10, 10, 10): 210
-terms for a block of layer 1) and is capped by ``max_terms``; wider stacks keep the eager path.
+loop over chains and points per layer, which keeps a point's pre-activations in registers. Each
+hidden layer's activations are stacked into one ``(C, d, B)`` buffer (on CPU inductor writes a
+stack as a concat kernel) that the next loop reads: without it inductor inlines every unit into
+each unit above it, and the code generation of that expression tree, not the kernel, is what
+the first compile spends its time on (the buffers halve it at the same sweep time;
+``benchmarks/block_gibbs.py`` prints it). The products accumulate by ``addcmul``, one graph node
+per term. Besides the buffers, the loops write only the node's new activations ``(C, B)`` and
+every chain's summed log-likelihood (the node's own activation and the float64 sum are in the
+loops too; the sigmoid is taken through ``exp2``, inductor's own calls the slower ``exp``). The
+unrolled graph has sum_l d_l d_{l-1} terms: the fused path is for the narrow layers above the
+first (the paper's MLP(784, 10, 10, 10, 10): 210 terms for a block of layer 1) and is capped by
+``max_terms``; wider stacks keep the eager path.
 
 It needs a working ``torch.compile`` backend (on CPU a C++ compiler); the first call of each
-layer compiles (seconds). Values equal the eager path's up to float rounding (tested).
+layer compiles (seconds to tens of seconds). Values equal the eager path's up to float rounding
+(tested).
 """
 from __future__ import annotations
 
@@ -53,13 +60,13 @@ def tail_log_likelihood(column: Tensor, start: Tensor, pre_above: Tensor, w_colu
     dh = h_column - start
     units = [pre_above[:, i] + w_column[:, i, None] * dh for i in range(pre_above.shape[1])]
     for weight, bias, activation in zip(weights, biases, activations[1:]):
-        hidden = [activation(u) for u in units]
+        hidden = torch.stack([activation(u) for u in units], 1).unbind(1)  # one buffer (module docstring)
         units = []
         for o in range(weight.shape[1]):
             total = None if bias is None else bias[:, o, None]
             for i, h in enumerate(hidden):
-                term = weight[:, o, i, None] * h
-                total = term if total is None else total + term
+                w = weight[:, o, i, None]
+                total = w * h if total is None else torch.addcmul(total, w, h)
             units.append(total)
     return likelihood.log_prob_units(units, target).sum(-1, dtype=torch.float64), h_column
 

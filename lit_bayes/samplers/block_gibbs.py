@@ -67,7 +67,7 @@ class BlockGibbs(SamplerModule):
         fused: with ``incremental``, node blocks evaluate the layers above them and the
             likelihood in one kernel compiled by ``torch.compile``
             (:class:`lit_bayes.fused_tail.FusedTail`; the same values up to float rounding).
-            It needs a C++ compiler on CPU and compiles for seconds per layer on the first
+            It needs a C++ compiler on CPU and compiles for tens of seconds on the first
             sweep; it pays off on large batches with narrow upper layers, for many chains or
             many blocks per node (the paper's MLP(784, 10, 10, 10, 10), batch 3000, on CPU:
             32 chains ~1.45x faster sweeps with 130 and with 810 blocks, one chain ~1.2x with
