@@ -178,7 +178,7 @@ class BlockTarget:
     def commit(self, accept: Tensor) -> None:
         """Keep the last proposal in the chains where ``accept`` (C,) is true."""
         plan, values, energy, prior = self._pending
-        rejected = (~accept).nonzero().squeeze(1) if accept.device.type == "cpu" else None
+        rejected = rejected_indices(accept)
         if isinstance(plan.index, slice):  # a view: written in place
             write_accepted(self.state[:, plan.index], values, accept, rejected)
         elif unanimous(accept, rejected) is not False:
@@ -262,13 +262,22 @@ class IncrementalTarget(BlockTarget):
         # per-block results go into these tensors (allocated once per sweep): fresh (C, out, B)
         # tensors at every block cost more in page faults than the arithmetic on CPU
         self._scratch: dict[tuple[str, int], Tensor] = {}
+        self._views: tuple[Tensor, list[tuple[Tensor, Tensor | None]]] | None = None
+
+    def _layer_views(self, state: Tensor) -> list[tuple[Tensor, Tensor | None]]:
+        """Every layer's weights ``(C, out, in)`` and biases ``(C, out, 1)`` (None without) as views of
+        ``state``, made once per state tensor: the chains' state is written in place between resets."""
+        if self._views is None or self._views[0] is not state:
+            self._views = (state, [(layer.weights(state),
+                                    None if layer.bias is None else layer.biases(state)[..., None])
+                                   for layer in self.stack.layers])
+        return self._views[1]
 
     def _linear(self, state: Tensor, j: int, h: Tensor | None, out: Tensor | None = None) -> Tensor:
         """g_j = w_j h_{j-1} + b_j for every chain, ``(C, out_j, B)``; ``h`` None is the shared input.
         ``out`` (with ``h``) receives the result."""
         layer = self.stack.layers[j]
-        weight, bias = layer.weights(state), layer.biases(state)
-        bias = None if bias is None else bias.unsqueeze(-1)
+        weight, bias = self._layer_views(state)[j]
         if h is None:  # one GEMM for all chains, without copying x per chain
             g = (weight.reshape(-1, layer.in_features) @ self.xt).view(weight.shape[0], layer.out_features, -1)
             return g if bias is None else g.add_(bias)
@@ -325,7 +334,7 @@ class IncrementalTarget(BlockTarget):
         """Apply the rank-one update g_{j+1} += w_{j+1}[:, k] (h_jk - h_jk at the lag's start) that
         fused blocks of node (j, k) left pending (Eq. 3.2)."""
         j, k, start = self._lag
-        w_column = self.stack.layers[j + 1].weights(self.state)[:, :, k:k + 1]
+        w_column = self._layer_views(self.state)[j + 1][0][:, :, k:k + 1]
         self.pre[j + 1].baddbmm_(w_column, (self.post[j][:, k] - start).unsqueeze(1))
         self._lag = None
 
@@ -355,7 +364,7 @@ class IncrementalTarget(BlockTarget):
             self._cache = (j, (k, column, None), [], [])
             return self._output_likelihood(g, scratch=True)
         # layer j + 1 by a rank-one update: g_{j+1} + w_{j+1}[:, k] (h_jk' - h_jk) (Eq. 3.2)
-        w_column = self.stack.layers[j + 1].weights(self.state)[:, :, k:k + 1]
+        w_column = self._layer_views(self.state)[j + 1][0][:, :, k:k + 1]
         if fused:
             if self._lag is None:
                 self._lag = (j, k, self.post[j][:, k].clone())
@@ -387,6 +396,19 @@ class IncrementalTarget(BlockTarget):
         for l, h in enumerate(posts, start=j):
             self.post[l] = keep_accepted(h, self.post[l], accept, rejected)
         self._cache = None
+
+
+_NO_CHAIN, _FIRST_CHAIN = torch.zeros(0, dtype=torch.long), torch.zeros(1, dtype=torch.long)
+
+
+def rejected_indices(accept: Tensor) -> Tensor | None:
+    """The indices of the chains that reject (``~accept``) on CPU, None elsewhere (finding them would
+    synchronise with the device); one chain's without a search (one host read)."""
+    if accept.device.type != "cpu":
+        return None
+    if accept.numel() == 1:
+        return _NO_CHAIN if bool(accept) else _FIRST_CHAIN
+    return (~accept).nonzero().squeeze(1)
 
 
 def unanimous(accept: Tensor, rejected: Tensor | None) -> bool | None:

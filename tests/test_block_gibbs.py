@@ -16,8 +16,8 @@ from lit_bayes.posterior import Prior
 from lit_bayes.blocks import modulo_partition
 from lit_bayes.callbacks import AcceptanceMonitor, PosteriorSamples
 from lit_bayes.data import LinearRegression, NoisyXOR
-from lit_bayes.incremental import (BlockPlan, BlockTarget, FullForwardTarget, keep_accepted, select_accepted,
-                                   write_accepted)
+from lit_bayes.incremental import (BlockPlan, BlockTarget, FullForwardTarget, keep_accepted, rejected_indices,
+                                   select_accepted, write_accepted)
 from lit_bayes.models import MLP
 from lit_bayes.samplers.block_gibbs import BlockGibbs
 from lit_bayes.steppers.block_metropolis import BlockMetropolis
@@ -414,13 +414,15 @@ def test_mnist_fnbg_recipe_runs_end_to_end_on_tiny_idx_files(tmp_path):
 def test_keep_accepted_index_and_where_paths_equal_where():
     """The commit's ways of keeping accepted chains (rows of rejected chains copied on CPU, one ``where``
     on CUDA; in place for a cache row; per-chain energies) all equal ``torch.where`` over the chain
-    dimension, also when every chain accepts or every chain rejects (where the CPU path skips the work)."""
+    dimension, also when every chain accepts or every chain rejects (where the CPU path skips the work),
+    and for one chain, whose rejected indices are found without a search (``rejected_indices``)."""
     gen = torch.Generator().manual_seed(0)
-    old, new = torch.randn(6, 3, 4, generator=gen), torch.randn(6, 3, 4, generator=gen)
-    for accept in ([True, False, True, True, False, False], [True] * 6, [False] * 6):
+    for accept in ([True, False, True, True, False, False], [True] * 6, [False] * 6, [True], [False]):
         accept = torch.tensor(accept)
+        old, new = torch.randn(len(accept), 3, 4, generator=gen), torch.randn(len(accept), 3, 4, generator=gen)
         expected = torch.where(accept[:, None, None], new, old)
-        rejected = (~accept).nonzero().squeeze(1)
+        rejected = rejected_indices(accept)
+        assert torch.equal(rejected, (~accept).nonzero().squeeze(1))
         assert torch.equal(keep_accepted(new.clone(), old, accept, None), expected)
         assert torch.equal(keep_accepted(new.clone(), old, accept, rejected), expected)
         for known in (None, rejected):  # the in-place row update and the per-chain selection of the energies
