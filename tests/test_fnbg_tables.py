@@ -51,9 +51,32 @@ def test_batch_grid_runs_the_chosen_batch_sizes(mnist_root, tmp_path):
     assert (cell["dataset"], cell["batch"], cell["paper_accuracy"]) == ("mnist", 600, 85.99)
     assert cell["paper_accept"] == [45.56, 26.43, 26.28, 29.18]  # Table 5, B = 600
     assert len(cell["accept"]) == 4 and all(0.0 < rate < 100.0 for rate in cell["accept"])
-    assert 0.0 <= cell["accuracy"] <= 100.0
     (summary,) = (out / "mnist" / "600").rglob("summary.json")
-    assert json.loads(summary.read_text())["steps"] == 200  # 110 sweeps ask for 2 epochs of 100 batches
+    summary = json.loads(summary.read_text())
+    assert summary["steps"] == 200  # 110 sweeps ask for 2 epochs of 100 batches
+    # fewer than 10,000 draws kept: the last 10,000 are all of them, the summary's pooled predictive
+    assert cell["accuracy"] == pytest.approx(100 * summary["metrics"]["test/accuracy"], abs=1e-4)
+
+
+def test_tables_2_and_4_score_the_last_10000_kept_draws(monkeypatch, tmp_path):
+    """The B = 3000 cell is shared with Table 3, which keeps 30,000 draws: Tables 2 and 4 score the
+    chain's last ``SCORED_DRAWS`` (the paper's 10,000), or all of them when it kept fewer, not the
+    summary's pool of every kept draw."""
+    monkeypatch.syspath_prepend(str(TABLES.parent))
+    import tables
+
+    asked = []
+
+    class Chain:
+        num_draws = 30_000
+
+    monkeypatch.setattr(tables, "kept_draws", lambda run_dir: Chain)
+    monkeypatch.setattr(tables, "chain_accuracies", lambda chain, last: asked.append(last) or [0.9])
+    assert tables.SCORED_DRAWS == 10_000
+    assert tables.last_draws_accuracy(tmp_path) == pytest.approx(90.0) and asked == [10_000]
+    Chain.num_draws = 28
+    tables.last_draws_accuracy(tmp_path)
+    assert asked[-1] == 28
 
 
 def test_augment_grid_keeps_each_transform_in_its_own_run(mnist_root, tmp_path):
