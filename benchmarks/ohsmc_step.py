@@ -20,15 +20,27 @@ network, same dtype), the median of 200 calls timed just before and just after e
 2-vCPU machine): the authors' compiled JAX step takes 2.86 ms = 26.7 fwd (J = 100) and 62.9 ms
 (J = 1,000) in float64; the target is J = 100 float64 <= 13 fwd. Nothing asserts on time.
 
+``--jax-python PYTHON`` (an interpreter with ``jax`` and ``optax``) also times
+``ohsmc_step_jax.py``, the same step written in JAX and jitted whole, one-threaded, in a subprocess
+right after each float64 row, and prints it in ms and fwd and ours over it (``ours/jax``). On the 2-core
+AMD EPYC (2026-11-28, jax 0.10.2, three runs, the other core running a long job), float64: J = 100, JAX
+0.79-0.82 ms = 17.7-18.2 fwd, ours 0.97-1.00 ms = 21.6-22.6 fwd (ours/jax 1.19-1.25); J = 1,000, JAX
+7.3-7.9 ms, ours 3.0-3.4 ms (ours/jax 0.40-0.45). A whole-step jit is ~3.5x faster than the authors'
+step at J = 100 and ~8x at J = 1,000; ours is 2.9x faster than the authors' at J = 100 but ~20 % slower
+than that jit.
+
 Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda] [--threads N] (one thread by default)
-The last line printed is one JSON object with every figure.
+[--jax-python PATH]. The last line printed is one JSON object with every figure.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import time
+from pathlib import Path
 
 import torch
 
@@ -51,6 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--loop-max", type=int, default=1000, help="largest J timed with the loop")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: issue 26's unit is one thread)")
+    parser.add_argument("--jax-python", default=None,
+                        help="a Python with jax and optax: also time ohsmc_step_jax.py (float64) beside each J")
     args = parser.parse_args(argv)
     if min(*args.particles, args.repeats, args.threads) < 1 or args.warmup < 0:
         parser.error("--particles, --repeats and --threads must be positive, --warmup non-negative")
@@ -81,6 +95,19 @@ def time_steps(sampler, optimizer, x, y, repeats: int, warmup: int, device: str)
         if i >= warmup:
             times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def jax_step_ms(python: str, num_particles: int, threads: int) -> float:
+    """Median ms of ``ohsmc_step_jax.py``'s step at J = ``num_particles`` under ``python``, ``threads`` threads."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if threads == 1:
+        env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    script = Path(__file__).with_name("ohsmc_step_jax.py")
+    done = subprocess.run([python, str(script), "--particles", str(num_particles)], capture_output=True, text=True,
+                          env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"{script.name} failed under {python}:\n{done.stderr[-2000:]}")
+    return float(done.stdout.split("jax_ms")[-1])
 
 
 def main(argv=None) -> None:
@@ -123,12 +150,19 @@ def main(argv=None) -> None:
                 row["over_reference"] = row["batched_ms"] / reference
                 if num in JAX_REFERENCE_FWD:
                     row["jax_f64_reference_fwd_equiv"] = JAX_REFERENCE_FWD[num]
+            if args.jax_python and dtype == torch.float64:
+                row["jax_f64_ms"] = jax_step_ms(args.jax_python, num, args.threads)
+                row["over_jax"] = row["batched_ms"] / row["jax_f64_ms"]
+                row["jax_f64_fwd_equiv"] = row["jax_f64_ms"] / row["fwd_ms"]
             results.append(row)
             loop = f"{row['loop_ms']:9.2f}" if "loop_ms" in row else f"{'-':>9}"
             ratio = f"{row['loop_over_batched']:12.1f}" if "loop_over_batched" in row else f"{'-':>12}"
             ref = f"{reference:11.1f}" if reference is not None else f"{'-':>11}"
             print(f"{num:6d} {row['dtype']:>8} {row['fwd_ms']:7.3f} {row['batched_ms']:9.2f} "
                   f"{row['batched_fwd_equiv']:7.1f} {loop} {ratio} {ref}")
+            if "jax_f64_ms" in row:
+                print(f"{num:6d} {'jax f64':>8} {'':7} {row['jax_f64_ms']:9.2f} {row['jax_f64_fwd_equiv']:7.1f}"
+                      f"   ours/jax {row['over_jax']:.2f}")
     print(f"JAX f64 reference at J = 100: {JAX_REFERENCE_FWD[100]} fwd; target for ours (J = 100, float64): "
           f"<= {TARGET_FWD:g} fwd")
     print(json.dumps({"benchmark": "ohsmc_step", "device": args.device, "threads": args.threads, "results": results}))
