@@ -205,8 +205,10 @@ def test_psi_can_be_trained_by_any_torch_optimizer():
 def test_direct_fused_adam_steps_exactly_like_torch_fused_adam(options, monkeypatch):
     """DirectFusedAdam (make_optimizer's default Adam) against torch.optim.Adam(fused=True): the same
     parameters and state bit for bit over steps with a changing learning rate and a parameter left
-    without gradient; torch's own step runs only for the first step (which creates the state), and a
-    state_dict moves between the two."""
+    without gradient, every other step given its gradients by a closure (as Lightning steps: called once,
+    in grad mode, its loss returned); torch's own step runs only for the first step (which creates the
+    state), and a state_dict moves between the two. zero_grad sets the gradients to None (zeros with
+    set_to_none=False)."""
     torch.manual_seed(0)
     values = [torch.randn(4, 3, dtype=torch.float64), torch.randn(3, dtype=torch.float64), torch.randn(2)]
     runs, torch_steps = {}, []
@@ -219,10 +221,20 @@ def test_direct_fused_adam_steps_exactly_like_torch_fused_adam(options, monkeypa
         optimizer = (DirectFusedAdam if direct else torch.optim.Adam)(groups, lr=0.1, fused=True, **options)
         generator = torch.Generator().manual_seed(1)
         for i in range(5):
-            for j, p in enumerate(params):
-                p.grad = None if (i == 3 and j == 1) else torch.randn(p.shape, generator=generator, dtype=p.dtype)
+            calls = []
+
+            def closure(i=i):
+                calls.append(torch.is_grad_enabled())
+                for j, p in enumerate(params):
+                    p.grad = None if (i == 3 and j == 1) else torch.randn(p.shape, generator=generator, dtype=p.dtype)
+                return torch.tensor(float(i))
+
             optimizer.param_groups[0]["lr"] = 0.1 / (i + 1)
-            optimizer.step()
+            if i % 2:
+                assert optimizer.step(closure) == i and calls == [True]
+            else:
+                closure()
+                assert optimizer.step() is None
         runs[direct] = params, optimizer
     assert torch_steps.count(DirectFusedAdam) == 1 and torch_steps.count(torch.optim.Adam) == 5
     (direct, direct_optimizer), (plain, plain_optimizer) = runs[True], runs[False]
@@ -230,6 +242,10 @@ def test_direct_fused_adam_steps_exactly_like_torch_fused_adam(options, monkeypa
     for a, b in zip(direct_optimizer.state.values(), plain_optimizer.state.values()):
         assert all(torch.equal(a[key], b[key]) for key in ("step", "exp_avg", "exp_avg_sq"))
     plain_optimizer.load_state_dict(direct_optimizer.state_dict())  # checkpoints are interchangeable
+    direct_optimizer.zero_grad(set_to_none=False)
+    assert all(p.grad is None or not p.grad.any() for p in direct) and any(p.grad is not None for p in direct)
+    direct_optimizer.zero_grad()
+    assert all(p.grad is None for p in direct)
     assert isinstance(make_optimizer("adam", direct, 0.1), DirectFusedAdam)
     assert type(make_optimizer("adam", direct, 0.1, {"foreach": True})) is torch.optim.Adam
 

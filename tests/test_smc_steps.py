@@ -1,4 +1,4 @@
-"""Resampling, the effective sample size, the particle stepper and the Markov kernels."""
+"""Resampling, the particle stepper (weights, evidence, effective sample size) and the Markov kernels."""
 import math
 
 import pytest
@@ -7,7 +7,7 @@ from scipy import stats
 
 from lit_bayes import GaussianPrior
 from lit_bayes.steppers.kernels import OrnsteinUhlenbeck, RandomWalk, RandomWalkMetropolis, make_kernel
-from lit_bayes.steppers.resampling import RESAMPLERS, effective_sample_size, resample
+from lit_bayes.steppers.resampling import RESAMPLERS, resample
 from lit_bayes.steppers.smc import ParticleStepper
 
 
@@ -44,10 +44,16 @@ def test_resample_rejects_unknown_scheme():
         resample(torch.zeros(3), "residual", torch.Generator())
 
 
-def test_effective_sample_size():
-    assert float(effective_sample_size(_log_weights([1, 1, 1, 1]))) == pytest.approx(4.0)
-    assert float(effective_sample_size(_log_weights([1, 0, 0, 0]))) == pytest.approx(1.0)
-    assert float(effective_sample_size(_log_weights([3, 1]))) == pytest.approx(1 / (0.75**2 + 0.25**2))
+@pytest.mark.parametrize("weights, ess", [([1, 1, 1, 1], 4.0), ([1, 0, 0, 0], 1.0), ([3, 1], 1 / (0.75**2 + 0.25**2))])
+def test_reweight_effective_sample_size(weights, ess):
+    """ESS = 1 / sum_j w_j^2 of the reweighted cloud, whatever the offset of the potentials (the logsumexp
+    by hand is shifted by the largest)."""
+    for offset in (0.0, -800.0, 800.0):
+        potential = torch.full((len(weights),), offset, dtype=torch.float64)
+        result = ParticleStepper("stratified", 0.0).reweight(_log_weights([1] * len(weights)), potential +
+                                                              _log_weights(weights), torch.Generator())
+        assert float(result.ess) == pytest.approx(ess)
+        assert float(result.log_increment) == pytest.approx(offset - math.log(len(weights)))
 
 
 def test_reweight_evidence_increment_and_gradient_weights():

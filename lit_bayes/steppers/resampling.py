@@ -1,4 +1,4 @@
-"""Resampling of weighted particles and the effective sample size, all from log-weights.
+"""Resampling of weighted particles from their log-weights.
 
 Feynman-Kac spec §3 (Algorithm 3, "resample") and pitfalls §8.1-8.2: each scheme maps
 normalised log-weights ``log w`` (J,) to J ancestor indices whose expected copy counts are
@@ -10,14 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["RESAMPLERS", "effective_sample_size", "resample"]
-
-
-def effective_sample_size(log_weights: Tensor) -> Tensor:
-    """ESS = 1 / sum_j w_j^2 of normalised log-weights (each <= 0: exp cannot overflow, and the weights
-    sum to 1, so the sum of squares lies in [1/J, 1]; three kernels, where a logsumexp takes seven)."""
-    weights = log_weights.exp()
-    return (weights * weights).sum(-1).reciprocal()
+__all__ = ["RESAMPLERS", "resample"]
 
 
 def _inverse_cdf(log_weights: Tensor, uniforms: Tensor) -> Tensor:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lit_bayes.steppers.resampling import RESAMPLERS, effective_sample_size, resample
+from lit_bayes.steppers.resampling import RESAMPLERS, resample
 from lit_bayes.validation import check_interval
 
 __all__ = ["ParticleStepper", "Reweighted"]
@@ -63,14 +63,19 @@ class ParticleStepper:
         log_potential = torch.nan_to_num(log_potential.detach().to(log_weights.dtype), nan=-math.inf,
                                          posinf=math.inf, neginf=-math.inf)
         unnormalised = log_weights + log_potential
-        log_increment = torch.logsumexp(unnormalised, dim=0)
-        if not torch.isfinite(log_increment):
+        # the logsumexp by hand: its shifted exponentials also give the ESS (six kernels for both; torch's
+        # logsumexp alone takes ~8 on CPU)
+        largest = unnormalised.max()
+        if not torch.isfinite(largest):
             raise FloatingPointError(
                 "every particle has zero (or NaN) likelihood on this batch: the particle cloud has degenerated; "
                 "use more particles, a larger move variance, or check the data"
             )
-        normalised = unnormalised - log_increment
-        ess = effective_sample_size(normalised)
+        shifted = (unnormalised - largest).exp_()
+        total = shifted.sum()
+        ess = (total * total).div_(torch.dot(shifted, shifted))  # 1 / sum_j w_j^2, w_j = shifted_j / total
+        log_increment = total.log_().add_(largest)
+        normalised = unnormalised.sub_(log_increment)
         num = log_weights.shape[0]
         if self.ess_threshold >= 1.0 or ess <= self.ess_threshold * num:
             ancestors = resample(normalised, self.resampling, generator)
