@@ -3,6 +3,10 @@
     python recipes/fnbg/xor_fig3.py                 # the paper's 110,000 sweeps per chain
     python recipes/fnbg/xor_fig3.py --sweeps 2000   # a short run
     python recipes/fnbg/xor_fig3.py --exact-chains 0   # scenario 1 only (the minibatch chains)
+    python recipes/fnbg/xor_fig3.py --resume        # both runs continue from their newest last.ckpt
+
+At full length on one core of the 2-core AMD EPYC: the minibatch run ~14 min, the 23 exact chains
+~90 min (1,100 sweeps: 8 s and 53 s).
 
 Scenario 1: minibatch NBG, batch 100, variance 0.04 (recipes/fnbg/xor_nbg_deep.yaml), 10 chains.
 Scenario 2: exact (full-batch) NBG, variance 0.001 (xor_nbg_deep_exact.yaml laid over it), the first
@@ -32,13 +36,14 @@ def main() -> None:
     parser.add_argument("--sweeps", type=int, default=110_000)
     parser.add_argument("--exact-chains", type=int, default=23, help="0 skips the exact scenarios")
     parser.add_argument("--out", default="runs/fnbg")
+    parser.add_argument("--resume", action="store_true", help="continue both runs from their newest last.ckpt")
     args = parser.parse_args()
     draws = min(10_000, args.sweeps - args.sweeps // 11)
-    minibatch = fit(["xor_nbg_deep.yaml"], f"{args.out}/xor_minibatch", scaled(args.sweeps, 50))
+    minibatch = fit(["xor_nbg_deep.yaml"], f"{args.out}/xor_minibatch", scaled(args.sweeps, 50), args.resume)
     scenarios, exact_rates = {"minibatch": chain_accuracies(kept_draws(minibatch), draws)}, []
     if args.exact_chains > 0:
         exact = fit(["xor_nbg_deep.yaml", "xor_nbg_deep_exact.yaml"], f"{args.out}/xor_exact",
-                    [*scaled(args.sweeps, 1), "--model.init_args.num_chains", str(args.exact_chains)])
+                    [*scaled(args.sweeps, 1), "--model.init_args.num_chains", str(args.exact_chains)], args.resume)
         exact_rates = chain_acceptance(last_checkpoint(exact.parent))
         exact_acc = chain_accuracies(kept_draws(exact), draws)
         scenarios.update({"exact": exact_acc[:10],
