@@ -329,12 +329,11 @@ class GaussianFlatPrior(FlatPrior):
         super().__init__(prior, shapes, device)
         variances = torch.cat([torch.full((math.prod(shape),), prior.variance_of(name), dtype=torch.float64)
                                for name, shape in self.shapes.items()]).to(device)
-        self.inv_var = 1.0 / variances
-        self.neg_half_inv_var = -0.5 * self.inv_var  # the change's weights, one product per block
+        self.neg_half_inv_var = -0.5 / variances  # -1 / (2 v_i): the weights of both sums, one product each
         self.log_norm = 0.5 * float(torch.log(2 * math.pi * variances).sum())
 
     def log_density(self, state: Tensor) -> Tensor:
-        return -(0.5 * (state.double().square() * self.inv_var).sum(1) + self.log_norm)
+        return state.double().square() @ self.neg_half_inv_var - self.log_norm
 
     def change(self, members: Tensor | slice, current: Tensor, step: Tensor) -> Tensor:
         return (step * torch.add(step, current, alpha=2)).double() @ self.neg_half_inv_var[members]

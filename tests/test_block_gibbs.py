@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
 from lit_bayes import Bernoulli, Categorical, Gaussian, GaussianPrior, Posterior
-from lit_bayes.posterior import Prior
+from lit_bayes.posterior import FlatPrior, Prior
 from lit_bayes.blocks import modulo_partition
 from lit_bayes.callbacks import AcceptanceMonitor, PosteriorSamples
 from lit_bayes.data import LinearRegression, NoisyXOR
@@ -430,6 +430,20 @@ def test_keep_accepted_index_and_where_paths_equal_where():
             write_accepted(target, new, accept, known)
             assert torch.equal(target, expected)
             assert torch.equal(select_accepted(new[:, 0, 0], old[:, 0, 0], accept, known), expected[:, 0, 0])
+
+
+def test_gaussian_flat_prior_equals_the_generic_flat_prior():
+    """GaussianPrior.flat's table form (log density and the change of a block) equals FlatPrior's sums of the
+    prior's own per-element densities, with a group variance."""
+    prior = GaussianPrior(2.0, group_variances={"b*": 0.5})
+    shapes = {"w": (3, 2), "b": (3,)}
+    gaussian, generic = prior.flat(shapes), FlatPrior(prior, shapes)
+    gen = torch.Generator().manual_seed(0)
+    state, step = torch.randn(4, 9, generator=gen), torch.randn(4, 3, generator=gen)
+    torch.testing.assert_close(gaussian.log_density(state), generic.log_density(state))
+    members = torch.tensor([1, 5, 7])
+    torch.testing.assert_close(gaussian.change(members, state[:, members], step),
+                               generic.change(members, state[:, members], step))
 
 
 class LaplacePrior(Prior):
