@@ -63,8 +63,7 @@ class ParticleStepper:
         log_potential = torch.nan_to_num(log_potential.detach().to(log_weights.dtype), nan=-math.inf,
                                          posinf=math.inf, neginf=-math.inf)
         unnormalised = log_weights + log_potential
-        # the logsumexp by hand: its shifted exponentials also give the ESS (six kernels for both; torch's
-        # logsumexp alone takes ~8 on CPU)
+        # the logsumexp by hand: its shifted exponentials also give the ESS
         largest = unnormalised.max()
         if not torch.isfinite(largest):
             raise FloatingPointError(
