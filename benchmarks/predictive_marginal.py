@@ -316,7 +316,8 @@ def main() -> int:
     flops = 2 * args.samples * args.points * sum(a * b for a, b in zip(WIDTHS[:-1], WIDTHS[1:]))
     reference = probs["loop"]
     loop_s = results["loop"]["seconds"]
-    device_name = torch.cuda.get_device_name() if args.device == "cuda" else (platform.processor() or platform.machine())
+    cpu_name = platform.processor() or platform.machine()
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name
     print(f"predictive_marginal: MLP{tuple(WIDTHS)} sigmoid, {args.samples} samples x {args.points} points, "
           f"float32, device={args.device} ({device_name}), torch threads={results['loop']['threads']}, "
           f"os.cpu_count()={os.cpu_count()}")

@@ -54,7 +54,8 @@ def batches(num, size, in_dim, classes, seed=0):
 
 
 CASES = {
-    "finer_node_categorical": dict(model=MLP([5, 4, 3, 3]), likelihood=Categorical(3), blocks="finer_node", beta=[2, 2, 1]),
+    "finer_node_categorical": dict(model=MLP([5, 4, 3, 3]), likelihood=Categorical(3), blocks="finer_node",
+                                   beta=[2, 2, 1]),
     "node_bernoulli": dict(model=MLP([2, 3, 3, 1]), likelihood=Bernoulli(), blocks="node"),
     "layer_blocks": dict(model=MLP([5, 4, 3, 3]), likelihood=Categorical(3), blocks="layer"),
     "blocks_across_layers": dict(model=MLP([5, 4, 3, 3]), likelihood=Categorical(3), blocks=modulo_partition(51, 7)),
@@ -232,7 +233,8 @@ def test_per_layer_and_per_block_variances():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(blocks="rows"), "blocks must be one of layer, node, finer_node"),
     (dict(blocks="node", beta=2), "beta only apply to blocks='finer_node'"),
-    (dict(proposal_variance=[0.1, 0.2, 0.3]), r"one per layer \(2: \['net.layers.0', 'net.layers.1'\]\) or one per block \(4\)"),
+    (dict(proposal_variance=[0.1, 0.2, 0.3]),
+     r"one per layer \(2: \['net.layers.0', 'net.layers.1'\]\) or one per block \(4\)"),
     (dict(proposal_variance=-1.0), r"variances\[0\] must be a finite number > 0, got -1.0"),
     (dict(target_accept=1.5), r"target_accept must be a number in \(0, 1\)"),
     (dict(adapt="yes"), "adapt must be True or False"),
@@ -250,7 +252,8 @@ def test_invalid_arguments_raise_clear_errors(kwargs, message):
 
 def trainer(steps, callbacks, root, **kwargs):
     return L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, limit_val_batches=0, callbacks=callbacks, default_root_dir=root, **kwargs)
+                     enable_model_summary=False, limit_val_batches=0, callbacks=callbacks, default_root_dir=root,
+                     **kwargs)
 
 
 @pytest.mark.parametrize("blocks", ["finer_node", "layer"])

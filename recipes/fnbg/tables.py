@@ -68,7 +68,8 @@ def batch_grid(args) -> list[dict]:
             metrics = summary(run_dir)["metrics"]
             ours = [100 * metrics[f"accept/layer_net.layers.{j}"] for j in range(4)]
             cells.append({"dataset": dataset, "batch": batch, "accuracy": last_draws_accuracy(run_dir),
-                          "paper_accuracy": TABLE2[dataset][batch], "accept": ours, "paper_accept": ACCEPT[dataset][batch]})
+                          "paper_accuracy": TABLE2[dataset][batch], "accept": ours,
+                          "paper_accept": ACCEPT[dataset][batch]})
     show("Table 2 (accuracy %) and Tables 5/6 (acceptance % by layer), ours / paper",
          ["dataset", "batch", "accuracy", "paper", "accept L1", "paper L1", "accept L4", "paper L4"],
          [[c["dataset"], c["batch"], c["accuracy"], c["paper_accuracy"], c["accept"][0], c["paper_accept"][0],
@@ -84,7 +85,8 @@ def length_grid(args) -> list[dict]:
         for last, paper in TABLE3[dataset].items():
             cells.append({"dataset": dataset, "last": min(last, draws), "paper_last": last,
                           "accuracy": 100 * chain_accuracies(chain, min(last, draws))[0], "paper_accuracy": paper})
-    show("Table 3 (accuracy % from the last draws), ours / paper", ["dataset", "draws", "accuracy", "paper draws", "paper"],
+    show("Table 3 (accuracy % from the last draws), ours / paper",
+         ["dataset", "draws", "accuracy", "paper draws", "paper"],
          [[c["dataset"], c["last"], c["accuracy"], c["paper_last"], c["paper_accuracy"]] for c in cells])
     return cells
 
@@ -96,7 +98,8 @@ def augment_grid(args) -> list[dict]:
             accuracy = last_draws_accuracy(run(dataset, 3000, args.sweeps, args, name=name))
             cells.append({"dataset": dataset, "augmentation": name, "accuracy": accuracy,
                           "paper_accuracy": TABLE4[dataset][name]})
-    show("Table 4 (accuracy % on the untransformed test set), ours / paper", ["dataset", "augmentation", "accuracy", "paper"],
+    show("Table 4 (accuracy % on the untransformed test set), ours / paper",
+         ["dataset", "augmentation", "accuracy", "paper"],
          [[c["dataset"], c["augmentation"], c["accuracy"], c["paper_accuracy"]] for c in cells])
     return cells
 
