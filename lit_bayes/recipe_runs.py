@@ -2,15 +2,19 @@
 ``summary.json`` (DESIGN.md, machine-readable results). Recipe scripts loop over cells and print
 the paper's table beside the summaries; a cell whose run finished is read, not run again, and one
 that was interrupted continues from its last checkpoint, so an interrupted grid continues where it
-stopped."""
+stopped. Every table a script prints carries its runs' health verdicts (:func:`verdict_lines`)."""
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["fit_cell", "fit_run", "settings_overrides"]
+__all__ = ["fit_cell", "fit_run", "health_verdict", "settings_overrides", "verdict_lines"]
+
+#: runs named one by one in the loud line of :func:`verdict_lines`; the rest are counted
+NAMED_RUNS = 12
 
 
 def fit_run(configs: Sequence[str | os.PathLike], root: str | os.PathLike, overrides: Sequence[str] = (),
@@ -57,3 +61,25 @@ def settings_overrides(settings: dict[str, object]) -> list[str]:
         text = json.dumps(value) if isinstance(value, (list, tuple, dict, type(None), bool)) else str(value)
         args += [key if key.startswith("--") else f"--{key}", text]
     return args
+
+
+def health_verdict(summary: dict) -> str:
+    """A run's health verdict from its ``summary.json``: ``ok``, ``warning`` or ``failed``
+    (:mod:`lit_bayes.health`); ``missing`` for a summary without one."""
+    return summary.get("health", {}).get("verdict", "missing")
+
+
+def verdict_lines(verdicts: Mapping[str, str], consequence: str) -> list[str]:
+    """What a recipe prints under its table about the runs behind it (run name to
+    :func:`health_verdict`): the count of each verdict and, when any run is not ``ok``, a loud line
+    naming those runs (the first ``NAMED_RUNS``) with ``consequence``, what that means for the table."""
+    counts = Counter(verdicts.values())
+    lines = [f"health verdicts of the {len(verdicts)} run(s): "
+             + ", ".join(f"{counts[v]} {v}" for v in ("ok", "warning", "failed", "missing") if counts[v])]
+    unsettled = [f"{name} ({verdict})" for name, verdict in verdicts.items() if verdict != "ok"]
+    if unsettled:
+        named = ", ".join(unsettled[:NAMED_RUNS]) + (f" and {len(unsettled) - NAMED_RUNS} more"
+                                                     if len(unsettled) > NAMED_RUNS else "")
+        lines.append(f"NOT CONVERGED: the verdict of {named} is not ok (the reasons and fixes: each run's "
+                     f"summary.json, 'health'): {consequence}")
+    return lines

@@ -31,7 +31,7 @@ def test_recipe_runs_at_tiny_size(recipe, metrics, tmp_path):
 
 
 def test_table_script_writes_every_cell_beside_the_paper(tmp_path):
-    subprocess.run(
+    result = subprocess.run(
         [sys.executable, str(RECIPES / "run_table.py"), "moons", "--seeds", "2", "--root", str(tmp_path), *TINY],
         cwd=ROOT, check=True, capture_output=True, text=True,
     )
@@ -40,6 +40,12 @@ def test_table_script_writes_every_cell_beside_the_paper(tmp_path):
     assert table["rows"]["NLPD"]["paper_mean"] == 0.28
     assert len(table["rows"]["Acc."]["values"]) == 2
     assert table["rows"]["Acc."]["values"][0] != table["rows"]["Acc."]["values"][1]  # seeds differ
+    # every run's verdict, as its own summary gives it, counted under the table
+    verdicts = [json.loads((tmp_path / "moons" / f"seed_{s}" / "summary.json").read_text())["health"]["verdict"]
+                for s in (0, 1)]
+    assert table["verdicts"] == {"seed 0": verdicts[0], "seed 1": verdicts[1]}
+    assert "health verdicts of the 2 run(s): " in result.stdout
+    assert ("NOT CONVERGED: the verdict of" in result.stdout) == (verdicts != ["ok", "ok"])
 
 
 @pytest.mark.parametrize("method", ["map_hmc", "sgsmc_hmc"])
@@ -49,6 +55,9 @@ def test_two_stage_baselines_run_at_tiny_size(method, tmp_path):
          "--hmc-steps", "4", "--particles", "20", "--root", str(tmp_path)],
         cwd=ROOT, check=True, capture_output=True, text=True,
     )
-    rows = json.loads((tmp_path / "moons" / f"{method}.json").read_text())["rows"]
+    written = json.loads((tmp_path / "moons" / f"{method}.json").read_text())
+    rows = written["rows"]
+    assert set(written["verdicts"]) == {"seed 0 stage 1", "seed 0 HMC"}
+    assert written["verdicts"]["seed 0 HMC"] != "ok"  # one chain: its convergence cannot be shown
     assert 0.0 < rows["NLPD"]["values"][0] < 10.0
     assert 0.0 <= rows["Acc."]["values"][0] <= 1.0

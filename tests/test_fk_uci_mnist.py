@@ -135,6 +135,8 @@ def test_uci_script_runs_seeds_and_both_moves_beside_table_3(tmp_path):
     config = (tmp_path / "runs" / "ionosphere" / "ou" / "seed_0" / "config.yaml").read_text()
     assert "kernel: ou" in config and "batch_size: 20" in config and "- 33" in config
     assert "paper 0.21 (0.13)" in result.stdout and "selected" in result.stdout
+    assert set(table["verdicts"]) == {f"{k} seed {s}" for k in ("rw", "ou") for s in (0, 1)}
+    assert "health verdicts of the 4 run(s): " in result.stdout
 
 
 def test_uci_script_rejects_a_missing_file(tmp_path, run_uci):

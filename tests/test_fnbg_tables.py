@@ -45,8 +45,9 @@ def test_length_grid_runs_and_resume_reuses_the_finished_chain(mnist_root, tmp_p
 
 def test_batch_grid_runs_the_chosen_batch_sizes(mnist_root, tmp_path):
     out = tmp_path / "runs"
-    subprocess.run([sys.executable, str(TABLES), "batch", "--batches", "600", "--sweeps", "110", "--datasets", "mnist",
-                    "--root", str(mnist_root), "--out", str(out)], check=True, capture_output=True, env=ENV)
+    printed = subprocess.run([sys.executable, str(TABLES), "batch", "--batches", "600", "--sweeps", "110", "--datasets",
+                              "mnist", "--root", str(mnist_root), "--out", str(out)],
+                             check=True, capture_output=True, text=True, env=ENV).stdout
     (cell,) = json.loads((out / "batch.json").read_text())
     assert (cell["dataset"], cell["batch"], cell["paper_accuracy"]) == ("mnist", 600, 85.99)
     assert cell["paper_accept"] == [45.56, 26.43, 26.28, 29.18]  # Table 5, B = 600
@@ -56,6 +57,9 @@ def test_batch_grid_runs_the_chosen_batch_sizes(mnist_root, tmp_path):
     assert summary["steps"] == 200  # 110 sweeps ask for 2 epochs of 100 batches
     # fewer than 10,000 draws kept: the last 10,000 are all of them, the summary's pooled predictive
     assert cell["accuracy"] == pytest.approx(100 * summary["metrics"]["test/accuracy"], abs=1e-4)
+    # one chain: its verdict is at best a warning, kept with the cell and named under the table
+    assert cell["verdict"] == summary["health"]["verdict"] != "ok"
+    assert f"NOT CONVERGED: the verdict of mnist B=600 ({cell['verdict']})" in printed
 
 
 def test_tables_2_and_4_score_the_last_10000_kept_draws(monkeypatch, tmp_path):

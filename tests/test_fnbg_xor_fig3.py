@@ -25,4 +25,7 @@ def test_xor_fig3_runs_every_scenario(tmp_path):
     assert len(rates) == 3 and all(0.0 <= rate <= 1.0 for rate in rates)
     for threshold, name in ((0.05, "exact >= 5%"), (0.20, "exact >= 20%")):
         assert rows[name]["chains"] == sum(rate >= threshold for rate in rates)
+    for name in ("minibatch", "exact"):
+        (summary,) = (tmp_path / f"xor_{name}").rglob("summary.json")
+        assert result["verdicts"][name] == json.loads(summary.read_text())["health"]["verdict"]
     assert run(tmp_path, "--resume") == result

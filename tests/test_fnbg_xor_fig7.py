@@ -20,3 +20,5 @@ def test_xor_fig7_quick_runs_both_depths(tmp_path):
         assert abs(row["median"] - statistics.median(row["accuracy"])) < 1e-9 and 0 <= row["iqr"] <= 100
         assert sorted(row["acceptance"]) == [f"net.layers.{j}" for j in range(layers)]
         assert all(0.0 < rate <= 1.0 for rate in row["acceptance"].values())
+        (summary,) = (tmp_path / f"fig7_{'xor_nbg' if layers == 2 else 'xor_nbg_deep'}").rglob("summary.json")
+        assert row["verdict"] == json.loads(summary.read_text())["health"]["verdict"]

@@ -50,7 +50,9 @@ def test_exp_b_script_runs_every_sampler_at_tiny_size(tmp_path, monkeypatch, cap
         "exp_b.py", "--teachers", "1", "--deltas", "0.1", "--budget-s", "0.3", "--records", "8", "--window", "2",
         "--num-train", "30", "--num-test", "20", "--max-leapfrog", "5", "--root", str(tmp_path)])
     load_exp_b().main()
-    assert "72/72 (0.0411)" in capsys.readouterr().out  # the paper's intermediate-HMC cell at Delta = 0.1
+    printed = capsys.readouterr().out
+    assert "72/72 (0.0411)" in printed  # the paper's intermediate-HMC cell at Delta = 0.1
+    assert "health verdicts of the 4 run(s): " in printed
     table = json.loads((tmp_path / "exp_b.json").read_text())
     assert sorted(table["summary"]["0.1"]) == ["gibbs", "hmc_classical", "hmc_intermediate", "mala_classical"]
     runs = {r["algorithm"]: r for r in table["runs"]}
@@ -61,6 +63,9 @@ def test_exp_b_script_runs_every_sampler_at_tiny_size(tmp_path, monkeypatch, cap
     assert runs["hmc_intermediate"]["hyperparameters"] == {"step_size": 5e-4, "num_leapfrog": 5,
                                                            "paper_num_leapfrog": 1000}
     assert runs["gibbs"]["acceptance"] is None and len(runs["mala_classical"]["acceptance"]) == 2
+    for algorithm, run in runs.items():
+        summary = json.loads((Path(run["directory"]) / "summary.json").read_text())
+        assert run["verdict"] == summary["health"]["verdict"], algorithm
 
 
 def test_exp_c_mlp_recipe_runs_on_tiny_mnist(tmp_path):

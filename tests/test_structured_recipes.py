@@ -18,7 +18,7 @@ from lit_bayes import Gaussian, GaussianPrior
 from lit_bayes.callbacks import CoordinateMixing
 from lit_bayes.data import ClassPrototypes, CorrelatedLinearRegression, LinearRegression, RandomFeatureRegression
 from lit_bayes.mixing import coordinate_mixing
-from lit_bayes.recipe_runs import fit_cell, settings_overrides
+from lit_bayes.recipe_runs import fit_cell, health_verdict, settings_overrides, verdict_lines
 from lit_bayes.samplers.structured_sgmcmc import StructuredSGMCMC
 from tests.test_data import write_mnist
 
@@ -41,10 +41,11 @@ def test_per_chain_ess_sees_independent_draws_that_the_pooled_ess_does_not():
 def test_fig3_script_runs_on_mnist_files(tmp_path):
     write_mnist(tmp_path / "data", "MNIST")
     out = tmp_path / "runs"
-    subprocess.run([sys.executable, str(STRUCTURED / "mnist_mlp.py"), "--data", "mnist", "--root", str(tmp_path / "data"),
-                    "--stepper", "sgld", "--lr", "1e-5", "--epochs", "4", "--batch-size", "8", "--s-groups", "",
-                    "--groups", "all", "--keep-probs", "0.5", "--num-masks", "2", "--out", str(out)],
-                   check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    printed = subprocess.run([sys.executable, str(STRUCTURED / "mnist_mlp.py"), "--data", "mnist", "--root",
+                              str(tmp_path / "data"), "--stepper", "sgld", "--lr", "1e-5", "--epochs", "4",
+                              "--batch-size", "8", "--s-groups", "", "--groups", "all", "--keep-probs", "0.5",
+                              "--num-masks", "2", "--out", str(out)],
+                             check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}).stdout
     results = json.loads((out / "summary.json").read_text())["results"]
     assert sorted(results) == ["S_d-sgld M=42310 rho=0.5", "sgld"]
     sgld, dropout = results["sgld"], results["S_d-sgld M=42310 rho=0.5"]
@@ -53,6 +54,14 @@ def test_fig3_script_runs_on_mnist_files(tmp_path):
     for run in results.values():
         assert run["mixing"]["draws_per_chain"] == 6  # the second half of the run
         assert run["ess_within_per_1000_passes"] > 0
+    # each cell's verdict as its run's summary gives it, in the printed row and counted under the table
+    for name, run in results.items():
+        summary = json.loads((out / name.replace(" ", "_") / "summary.json").read_text())
+        assert run["verdict"] == summary["health"]["verdict"]
+        assert run["function_space_rhat_max"] == summary["metrics"].get("diag/fs_rhat_max")
+        row = next(line for line in printed.splitlines() if line.startswith(name + " "))
+        assert row.split("max R-hat")[1].split()[1] == run["verdict"]
+    assert "health verdicts of the 2 run(s): " in printed
 
 
 TINY = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3", "--model.init_args.burn_in", "2",
@@ -98,7 +107,7 @@ def test_toy_script_prints_each_column_verdict_and_says_when_one_is_not_ok(tmp_p
     assert json.loads((tmp_path / "summary.json").read_text())["methods"]["SGLD"]["verdict"] == rows["SGLD"]["verdict"]
     unsettled = [name for name, row in rows.items() if row["verdict"] != "ok"]
     assert unsettled, "40 steps of 2 chains should not pass the health checks"
-    assert "NOT CONVERGED: the verdict of " + ", ".join(unsettled) in out
+    assert "NOT CONVERGED: the verdict of " + ", ".join(f"{n} ({rows[n]['verdict']})" for n in unsettled) in out
 
 
 def test_fit_cell_continues_an_interrupted_run_from_its_last_checkpoint(tmp_path, monkeypatch):
@@ -171,6 +180,16 @@ def test_settings_overrides():
         "--model.init_args.group_ids", "[0, 1]", "--data.init_args.download", "false", "--trainer.max_epochs", "3"]
 
 
+def test_verdict_lines_count_every_verdict_and_name_the_runs_not_ok():
+    assert verdict_lines({"a": "ok", "b": "ok"}, "rerun") == ["health verdicts of the 2 run(s): 2 ok"]
+    lines = verdict_lines({"a": "ok", "b": "failed", "c": "warning", "d": health_verdict({})}, "run longer")
+    assert lines == ["health verdicts of the 4 run(s): 1 ok, 1 warning, 1 failed, 1 missing",
+                     "NOT CONVERGED: the verdict of b (failed), c (warning), d (missing) is not ok (the reasons and "
+                     "fixes: each run's summary.json, 'health'): run longer"]
+    many = verdict_lines({f"seed {s}": "failed" for s in range(20)}, "x")[1]
+    assert "seed 11 (failed) and 8 more is not ok" in many and "seed 12" not in many
+
+
 def load_recipe(name, monkeypatch):
     """A recipe script of recipes/structured as a module (the folder is not a package; its scripts import
     each other as when run, with the folder on the path)."""
@@ -179,6 +198,18 @@ def load_recipe(name, monkeypatch):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_partition_script_keeps_and_counts_every_run_verdict(tmp_path, monkeypatch, capsys):
+    """Table 1's script on its generated data at a tiny size: each run's verdict in the table, counted under it."""
+    script = load_recipe("uci_partitions", monkeypatch)
+    table = script.main(["--synthetic", "--partitions", "random", "--lrs", "1e-3", "--seeds", "2", "--epochs", "2",
+                         "--out", str(tmp_path)])
+    runs = table["synthetic"]["random"]["runs"]["0.001"]
+    for seed, run in enumerate(runs):
+        summary = json.loads((tmp_path / "synthetic" / "random" / "lr=0.001" / f"seed_{seed}" / "summary.json").read_text())
+        assert run["verdict"] == summary["health"]["verdict"]
+    assert "health verdicts of the 2 run(s): " in capsys.readouterr().out
 
 
 def test_mixing_study_counts_gradient_evaluations_per_cell(tmp_path, monkeypatch):

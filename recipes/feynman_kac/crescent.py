@@ -48,7 +48,7 @@ import torch
 
 from lit_bayes import load_run
 from lit_bayes.models import crescent_reference as reference
-from lit_bayes.recipe_runs import fit_cell
+from lit_bayes.recipe_runs import fit_cell, health_verdict, verdict_lines
 
 HERE = Path(__file__).resolve().parent
 RECIPES = {"OHSMC": "crescent_ohsmc.yaml", "SGSMC": "crescent_sgsmc.yaml", "MAP": "crescent_map.yaml"}
@@ -109,6 +109,7 @@ def main() -> None:
     methods = {"MC": {"psi": psis["MC"]}}
     for method, r in results.items():
         methods[method] = {"psi": r["psi"], "summary_metrics": summaries[method]["metrics"],
+                           "verdict": health_verdict(summaries[method]),
                            "steps": summaries[method]["steps"], "wall_time_s": summaries[method].get("wall_time_s")}
         if method in CLOUDS:
             weights = r["log_weights"].softmax(0)
@@ -149,6 +150,8 @@ def main() -> None:
             line += f"  TV {d['tv']:.3f}  mean err {d['mean_error']:.3f}  missed mass {d['missed_reference_mass']:.3f}"
         print(line)
     print(f"  exact draws (floor) TV {out['exact_draws_floor']['tv']:.3f}")
+    print(*verdict_lines({m: methods[m]["verdict"] for m in results},
+                         "its psi and cloud are not those of a converged run; see the run's advice"), sep="\n")
     print(json.dumps({"psi_mle": round(psi_mle, 4)} | {m: round(p, 4) for m, p in psis.items()}
                      | {"ordering_matches": out["ordering"]["matches_paper_mle"]}))
     if not all(math.isfinite(p) for p in psis.values()):

@@ -7,7 +7,7 @@
 Each seed draws its own data, psi initialisation and particles (``seed_everything``, the
 sampler's and the DataModule's seeds), as the paper's runs do (feynman-kac spec §6.0). Every
 run writes its own ``summary.json``; this script writes ``table.json`` with every cell beside
-the paper's value. Std is over runs with ddof 0 (``np.std``, the paper's); the paper's
+the paper's value and every run's health verdict (counted under the table, the runs not ``ok`` named). Std is over runs with ddof 0 (``np.std``, the paper's); the paper's
 entries are truncated to 2 decimals (spec §6.0), so allow about 0.01.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import math
 import statistics
 from pathlib import Path
 
-from lit_bayes.recipe_runs import fit_cell
+from lit_bayes.recipe_runs import fit_cell, health_verdict, verdict_lines
 
 HERE = Path(__file__).resolve().parent
 
@@ -42,12 +42,12 @@ TABLES = {
 }
 
 
-def run_seed(recipe: Path, seed: int, root: Path, extra: list[str]) -> dict[str, float]:
+def run_seed(recipe: Path, seed: int, root: Path, extra: list[str]) -> dict:
     """One seed's run in ``root/seed_<seed>`` (its data, psi initialisation and particles seeded),
     by :func:`lit_bayes.recipe_runs.fit_cell`: a run that finished is read, not repeated, so an
-    interrupted table continues where it stopped. Returns its metrics."""
+    interrupted table continues where it stopped. Returns its summary."""
     seeds = ["--seed_everything", str(seed), "--model.init_args.seed", str(seed), "--data.init_args.seed", str(seed)]
-    return fit_cell(recipe, root / f"seed_{seed}", [*seeds, *extra])["metrics"]
+    return fit_cell(recipe, root / f"seed_{seed}", [*seeds, *extra])
 
 
 def cell(metric: str, values: list[float]) -> dict:
@@ -70,14 +70,17 @@ def main() -> None:
     args, overrides = parser.parse_known_args()  # the rest goes to lit-bayes, e.g. --trainer.max_epochs=10
     recipe, title, columns = TABLES[args.table]
     root = Path(args.root) / args.table
-    runs = [run_seed(HERE / recipe, seed, root, overrides) for seed in range(args.seeds)]
+    summaries = [run_seed(HERE / recipe, seed, root, overrides) for seed in range(args.seeds)]
+    runs = [summary["metrics"] for summary in summaries]
+    verdicts = {f"seed {seed}": health_verdict(summary) for seed, summary in enumerate(summaries)}
     rows = {}
     print(f"\nOHSMC, {title}: ours over {len(runs)} seeds vs the paper")
     for column, key, paper_mean, paper_std in columns:
         rows[column] = beside_paper(key, [r[key] for r in runs], paper_mean, paper_std)
         ours = rows[column]
         print(f"  {column:5s} ours {ours['ours_mean']:.4f} ({ours['ours_std']:.4f})   paper {paper_mean:.4f} ({paper_std:.4f})")
-    out = {"table": args.table, "seeds": len(runs), "overrides": overrides, "rows": rows}
+    print(*verdict_lines(verdicts, "its metrics are not those of a converged run; see the run's advice"), sep="\n")
+    out = {"table": args.table, "seeds": len(runs), "overrides": overrides, "rows": rows, "verdicts": verdicts}
     (root / "table.json").write_text(json.dumps(out, indent=2))
     print(json.dumps({c: round(r["ours_mean"], 4) for c, r in rows.items()} | {"seeds": len(runs)}))
     if not all(math.isfinite(r["ours_mean"]) for r in rows.values()):

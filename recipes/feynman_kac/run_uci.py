@@ -28,6 +28,7 @@ import math
 from pathlib import Path
 
 from lit_bayes.data.uci_sets import DATASETS, preprocess, read_rows, write_clean_csv
+from lit_bayes.recipe_runs import health_verdict, verdict_lines
 
 # the sibling seed runner: this script runs as a file, so its folder is on sys.path
 from run_table import cell, run_seed
@@ -86,10 +87,12 @@ def main() -> None:
         "--model.init_args.likelihood", likelihood,
     ]
     columns = COLUMNS[spec.task]
-    rows = {}
+    rows, verdicts = {}, {}
     for kernel in args.kernels:
-        runs = [run_seed(RECIPE, seed, root / kernel, common + KERNELS[kernel] + overrides) for seed in range(args.seeds)]
-        rows[kernel] = summarise(runs, columns)
+        summaries = [run_seed(RECIPE, seed, root / kernel, common + KERNELS[kernel] + overrides)
+                     for seed in range(args.seeds)]
+        rows[kernel] = summarise([summary["metrics"] for summary in summaries], columns)
+        verdicts |= {f"{kernel} seed {seed}": health_verdict(summary) for seed, summary in enumerate(summaries)}
     best = min(rows, key=lambda k: rows[k]["val NLPD"]["mean"])
     paper = dict(zip([c for c, _ in columns], spec.paper or ()))
     print(f"\nOHSMC on {args.dataset} (n={n}, d={d}), {args.seeds} seeds per move; "
@@ -97,11 +100,12 @@ def main() -> None:
     for kernel, row in rows.items():
         mark = "  <- selected (lower mean validation NLPD)" if kernel == best and len(rows) > 1 else ""
         print(f"  {kernel}:{mark}")
-        for column, cell in row.items():
+        for column, ours in row.items():
             reference = f"   paper {paper[column][0]:.2f} ({paper[column][1]:.2f})" if column in paper else ""
-            print(f"    {column:8s} ours {cell['mean']:.3f} ({cell['std']:.3f}){reference}")
+            print(f"    {column:8s} ours {ours['mean']:.3f} ({ours['std']:.3f}){reference}")
+    print(*verdict_lines(verdicts, "its metrics are not those of a converged run; see the run's advice"), sep="\n")
     table = {"dataset": args.dataset, "n": n, "d": d, "num_classes": num_classes, "seeds": args.seeds,
-             "overrides": overrides, "selected": best, "rows": rows,
+             "overrides": overrides, "selected": best, "rows": rows, "verdicts": verdicts,
              "paper": {c: {"mean": m, "std": s} for c, (m, s) in paper.items()}}
     (root / "table.json").write_text(json.dumps(table, indent=2))
     print(json.dumps({"selected": best} | {c: round(v["mean"], 4) for c, v in rows[best].items()}))

@@ -11,7 +11,8 @@ Each cell is one ``lit-bayes fit`` run of one chain of recipes/fnbg/mnist_fnbg.y
 floor(60000 / B) batches per epoch, as in the reference code, with Table 5's proposal variances);
 Table 4's cells lay mnist_fnbg_<augmentation>.yaml over it. Accuracies are scored from each run's kept
 draws (Tables 2 and 4: the last 10,000, as the paper; Table 3: the last 1K-30K), acceptance rates read
-from its summary.json. Writes <out>/<grid>.json with every cell and the paper's value.
+from its summary.json, with its health verdict (one chain: ``warning`` at best; the cells not ``ok`` are
+named under the table). Writes <out>/<grid>.json with every cell and the paper's value.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from common import fit, kept_draws, scaled, show, summary
 
 from lit_bayes.chain_metrics import chain_accuracies
+from lit_bayes.recipe_runs import health_verdict, verdict_lines
 
 CONFIG = "mnist_fnbg.yaml"
 VARIANCES = {600: [5e-2, 5e-4, 5e-4, 5e-5], 1800: [2e-2, 2e-4, 2e-4, 2e-5],
@@ -60,20 +62,28 @@ def last_draws_accuracy(run_dir: Path, last: int = SCORED_DRAWS) -> float:
     return 100 * chain_accuracies(chain, min(last, chain.num_draws))[0]
 
 
+def show_verdicts(cells: list[dict], name) -> None:
+    """Print the cells' health verdicts (``name(cell)`` names a cell) under their table."""
+    print(*verdict_lines({name(c): c["verdict"] for c in cells}, "its accuracy is that of a chain not shown to have "
+                         "converged (one chain cannot show it: run the cell again with another seed to compare)"),
+          sep="\n")
+
+
 def batch_grid(args) -> list[dict]:
     cells = []
     for dataset in args.datasets:
         for batch in args.batches:
             run_dir = run(dataset, batch, args.sweeps, args)
-            metrics = summary(run_dir)["metrics"]
-            ours = [100 * metrics[f"accept/layer_net.layers.{j}"] for j in range(4)]
+            finished = summary(run_dir)
+            ours = [100 * finished["metrics"][f"accept/layer_net.layers.{j}"] for j in range(4)]
             cells.append({"dataset": dataset, "batch": batch, "accuracy": last_draws_accuracy(run_dir),
                           "paper_accuracy": TABLE2[dataset][batch], "accept": ours,
-                          "paper_accept": ACCEPT[dataset][batch]})
+                          "paper_accept": ACCEPT[dataset][batch], "verdict": health_verdict(finished)})
     show("Table 2 (accuracy %) and Tables 5/6 (acceptance % by layer), ours / paper",
-         ["dataset", "batch", "accuracy", "paper", "accept L1", "paper L1", "accept L4", "paper L4"],
+         ["dataset", "batch", "accuracy", "paper", "accept L1", "paper L1", "accept L4", "paper L4", "verdict"],
          [[c["dataset"], c["batch"], c["accuracy"], c["paper_accuracy"], c["accept"][0], c["paper_accept"][0],
-           c["accept"][3], c["paper_accept"][3]] for c in cells])
+           c["accept"][3], c["paper_accept"][3], c["verdict"]] for c in cells])
+    show_verdicts(cells, lambda c: f"{c['dataset']} B={c['batch']}")
     return cells
 
 
@@ -81,13 +91,16 @@ def length_grid(args) -> list[dict]:
     cells = []
     for dataset in args.datasets:
         draws = min(30_000, args.sweeps - args.sweeps // 11)
-        chain = kept_draws(run(dataset, 3000, args.sweeps, args, extra=["--samples.max_draws", str(draws)]))
+        run_dir = run(dataset, 3000, args.sweeps, args, extra=["--samples.max_draws", str(draws)])
+        chain, verdict = kept_draws(run_dir), health_verdict(summary(run_dir))
         for last, paper in TABLE3[dataset].items():
             cells.append({"dataset": dataset, "last": min(last, draws), "paper_last": last,
-                          "accuracy": 100 * chain_accuracies(chain, min(last, draws))[0], "paper_accuracy": paper})
+                          "accuracy": 100 * chain_accuracies(chain, min(last, draws))[0], "paper_accuracy": paper,
+                          "verdict": verdict})
     show("Table 3 (accuracy % from the last draws), ours / paper",
-         ["dataset", "draws", "accuracy", "paper draws", "paper"],
-         [[c["dataset"], c["last"], c["accuracy"], c["paper_last"], c["paper_accuracy"]] for c in cells])
+         ["dataset", "draws", "accuracy", "paper draws", "paper", "verdict"],
+         [[c["dataset"], c["last"], c["accuracy"], c["paper_last"], c["paper_accuracy"], c["verdict"]] for c in cells])
+    show_verdicts(cells, lambda c: c["dataset"])  # one run per data set
     return cells
 
 
@@ -95,12 +108,13 @@ def augment_grid(args) -> list[dict]:
     cells = []
     for dataset in args.datasets:
         for name in args.augmentations:
-            accuracy = last_draws_accuracy(run(dataset, 3000, args.sweeps, args, name=name))
-            cells.append({"dataset": dataset, "augmentation": name, "accuracy": accuracy,
-                          "paper_accuracy": TABLE4[dataset][name]})
+            run_dir = run(dataset, 3000, args.sweeps, args, name=name)
+            cells.append({"dataset": dataset, "augmentation": name, "accuracy": last_draws_accuracy(run_dir),
+                          "paper_accuracy": TABLE4[dataset][name], "verdict": health_verdict(summary(run_dir))})
     show("Table 4 (accuracy % on the untransformed test set), ours / paper",
-         ["dataset", "augmentation", "accuracy", "paper"],
-         [[c["dataset"], c["augmentation"], c["accuracy"], c["paper_accuracy"]] for c in cells])
+         ["dataset", "augmentation", "accuracy", "paper", "verdict"],
+         [[c["dataset"], c["augmentation"], c["accuracy"], c["paper_accuracy"], c["verdict"]] for c in cells])
+    show_verdicts(cells, lambda c: f"{c['dataset']} {c['augmentation']}")
     return cells
 
 

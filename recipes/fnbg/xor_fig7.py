@@ -21,6 +21,7 @@ from pathlib import Path
 from common import fit, kept_draws, scaled, show, summary
 
 from lit_bayes.chain_metrics import chain_accuracies
+from lit_bayes.recipe_runs import health_verdict, verdict_lines
 
 PAPER = {"MLP(2,2,1)": ("xor_nbg", 86.75), "MLP(2,2,2,2,2,2,2,1)": ("xor_nbg_deep", 98.88)}  # median accuracy %
 QUICK_SWEEPS = 2_000
@@ -41,16 +42,20 @@ def main() -> None:
         run_dir = fit([f"{config}.yaml"], f"{args.out}/fig7_{config}", scaled(sweeps, 50))
         accuracy = [100 * a for a in chain_accuracies(kept_draws(run_dir), draws)]
         q1, median, q3 = statistics.quantiles(accuracy, n=4, method="inclusive")
-        metrics = summary(run_dir)["metrics"]
+        finished = summary(run_dir)
+        metrics = finished["metrics"]
         acceptance = {name[len("accept/layer_"):]: rate for name, rate in metrics.items()
                       if name.startswith("accept/layer_")}
         rows.append({"net": net, "sweeps": sweeps, "chains": len(accuracy), "median": median, "iqr": q3 - q1,
-                     "paper_median": paper, "accuracy": accuracy, "acceptance": acceptance})
+                     "paper_median": paper, "accuracy": accuracy, "acceptance": acceptance,
+                     "verdict": health_verdict(finished)})
     show(f"Fig. 7: test accuracy % per chain, {sweeps:,} sweeps, ours / paper",
          ["net", "chains", "median", "IQR", "paper median"],
          [[r["net"], r["chains"], r["median"], r["iqr"], r["paper_median"]] for r in rows])
     for r in rows:
         print(f"{r['net']} acceptance by layer: " + ", ".join(f"{k} {v:.3f}" for k, v in r["acceptance"].items()))
+    print(*verdict_lines({r["net"]: r["verdict"] for r in rows}, "its chains' accuracies are not draws of one "
+                         "posterior (chains in separate modes or not yet stationary)"), sep="\n")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "xor_fig7.json").write_text(json.dumps({"rows": rows}, indent=2))
 

@@ -40,7 +40,8 @@ not, the budget was too short to settle phi-bar, and the table marks the cell wi
 Printed per (algorithm, Delta): thermalized runs / teachers, mean equilibrium test MSE, mean thermalization
 time of the runs that did, beside the paper's released Fig. 2-left numbers (spec §6.2 table; the paper's
 equilibrium MSE is about 0.5 Delta on the intermediate and 0.33 Delta on the classical posterior).
-Everything goes to ``exp_b.json`` under ``--root``.
+Under the table every run's health verdict is counted and the runs not ``ok`` are named: the merge rule
+and the health checks judge different things and can disagree. Everything goes to ``exp_b.json`` under ``--root``.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ import torch
 from lit_bayes.callbacks import AcceptanceMonitor
 from lit_bayes.callbacks.thermalization import merge_band, merge_indices, trailing_mean
 from lit_bayes.cli import fit_and_test, run_summary
-from lit_bayes.recipe_runs import settings_overrides
+from lit_bayes.recipe_runs import health_verdict, settings_overrides, verdict_lines
 
 HERE = Path(__file__).resolve().parent
 ALGORITHMS = ("gibbs", "hmc_intermediate", "hmc_classical", "mala_classical")
@@ -167,6 +168,7 @@ def run(algorithm: str, delta: float, teacher: int, args: argparse.Namespace) ->
     last = monitors[0].last if monitors else None
     acceptance = None if last is None or not last["proposed"] else (last["accepted"][:, 0] / last["proposed"]).tolist()
     result.update(algorithm=algorithm, delta=delta, steps=summary["steps"], wall_s=times[-1], hyperparameters=hyper,
+                  verdict=health_verdict(summary),
                   trace_s=times, trace_test_mse=mse.tolist(), acceptance=acceptance, directory=str(directory))
     return result
 
@@ -221,7 +223,7 @@ def main() -> None:
                 runs.append({**result, "teacher": teacher})
                 print(f"teacher {teacher} Delta {key(delta)} {algorithm}: {result['steps']} steps, equilibrium test "
                       f"MSE {result['equilibrium_test_mse']:.3g}, uninformed {result['uninformed_final_test_mse']:.3g}"
-                      f", thermalized {result['thermalized']}", flush=True)
+                      f", thermalized {result['thermalized']}, verdict {result['verdict']}", flush=True)
     summary = summarize(runs)
     print(f"\nExp. B ({args.teachers} teachers, {args.budget_s:g} s per run, n = {args.num_train}): thermalized / runs "
           "(equilibrium test MSE) [mean thermalization time], ours vs the paper (72 teachers, 19800 s per run)")
@@ -246,6 +248,10 @@ def main() -> None:
           "the fractions fall as Delta falls, Gibbs highest over most of the range; equilibrium test MSE ~0.5 Delta "
           "(intermediate), ~0.33 Delta (classical); Fig. 2-right mean thermalization times (s): "
           + ", ".join(f"{a} {t}" for a, t in PAPER_TIMES_S.items()))
+    print(*verdict_lines({f"teacher {r['teacher']} Delta {key(r['delta'])} {r['algorithm']}": r["verdict"] for r in runs},
+                         "the health checks do not pass its two chains, whatever the merge rule says of them (the "
+                         "informed and uninformed starts disagreeing is what thermalization means); run longer "
+                         "(--budget-s)"), sep="\n")
     ratio = {a: [s[a]["equilibrium_test_mse"] / float(d) for d, s in summary.items() if a in s] for a in args.algorithms}
     print("ours, equilibrium test MSE / Delta: " + ", ".join(
         f"{a} {sum(v) / len(v):.2f}" for a, v in ratio.items() if v))

@@ -23,7 +23,7 @@ import argparse
 import json
 from pathlib import Path
 
-from lit_bayes.recipe_runs import fit_cell, settings_overrides
+from lit_bayes.recipe_runs import fit_cell, health_verdict, settings_overrides, verdict_lines
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "resnet20.yaml"
@@ -153,13 +153,16 @@ def main(argv=None):
         metrics = summary["metrics"]
         paper_iac_ess = TABLE2[args.dataset].get(table2_key(key, LABEL[args.family]))
         results[name] = {"metrics": metrics, "steps": summary["steps"], "wall_time_s": summary["wall_time_s"],
+                         "verdict": health_verdict(summary),
                          "paper": {"accuracy": paper_accuracy.get(key), "table2_iac_ess": paper_iac_ess}}
         paper_acc = paper_accuracy.get(key)
         nan = float("nan")
         print(f"{name:<34} acc {metrics['test/accuracy']:.3f} (paper {paper_acc if paper_acc is not None else '-'})  "
               f"exp.acc {metrics['test/accuracy_per_sample']:.3f}  IAC {metrics.get('mixing/iac_median', nan):.1f}  "
               f"ESS {metrics.get('mixing/ess_median', nan):.1f}  (Table 2, this method's row: IAC/ESS "
-              f"{paper_iac_ess or '-'})  {summary['wall_time_s']:.0f} s", flush=True)
+              f"{paper_iac_ess or '-'})  {results[name]['verdict']}  {summary['wall_time_s']:.0f} s", flush=True)
+    print(*verdict_lines({name: run["verdict"] for name, run in results.items()},
+                         "its accuracy and ESS are not yet those of its posterior; run longer (--epochs)"), sep="\n")
     if args.synthetic:
         print(f"NOTE: synthetic {args.dataset}-shaped data, not {args.dataset}: the paper's numbers do not apply")
     out.mkdir(parents=True, exist_ok=True)

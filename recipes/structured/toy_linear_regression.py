@@ -26,7 +26,7 @@ import yaml
 
 from lit_bayes.callbacks import read_disk_store
 from lit_bayes.data import CorrelatedLinearRegression
-from lit_bayes.recipe_runs import fit_cell, settings_overrides
+from lit_bayes.recipe_runs import fit_cell, health_verdict, settings_overrides, verdict_lines
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "toy_sd_sgld.yaml"
@@ -154,7 +154,7 @@ def main(argv=None):
         metrics = summaries[name]["metrics"]
         rows[name] = {**summarise(trace, target), "target": "joint" if groups is None else f"optimum {groups}",
                       "ess_median": metrics.get("mixing/ess_median"), "iac_median": metrics.get("mixing/iac_median"),
-                      "wall_time_s": summaries[name]["wall_time_s"], "verdict": summaries[name]["health"]["verdict"],
+                      "wall_time_s": summaries[name]["wall_time_s"], "verdict": health_verdict(summaries[name]),
                       "paper_claim": PAPER["claims"][name]}
     exact = {"mean": mean.tolist(), "corr_w1_w2": corr(cov, 0, 1), "corr_w1_w3": corr(cov, 0, 2),
              "std": cov.diagonal().sqrt().tolist(), "mean_field_std": (1.0 / precision.diagonal()).sqrt().tolist()}
@@ -171,10 +171,9 @@ def main(argv=None):
         ess, iac = (float("nan") if v is None else v for v in (row["ess_median"], row["iac_median"]))
         print(f"{name:<14}{c12:>34}{c13:>34}  {std:<22}{ess:>6.0f}{iac:>7.1f}{row['wall_time_s']:>6.0f}s"
               f"  {row['verdict']}")
-    unsettled = [name for name, row in rows.items() if row["verdict"] != "ok"]
-    if unsettled:
-        print(f"NOT CONVERGED: the verdict of {', '.join(unsettled)} is not ok (the reasons: each run's summary.json): "
-              "their correlations and stds are not yet those of their chains' law; run longer (--steps, --burn-in)")
+    print(*verdict_lines({name: row["verdict"] for name, row in rows.items()},
+                         "their correlations and stds are not yet those of their chains' law; run longer "
+                         "(--steps, --burn-in)"), sep="\n")
     print("paper (Fig. 2, qualitative):")
     for name in methods:
         print(f"  {name:<14}{PAPER['claims'][name]}")

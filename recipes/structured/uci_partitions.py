@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from lit_bayes.data import RandomFeatureRegression, TabularCSV
-from lit_bayes.recipe_runs import fit_cell, settings_overrides
+from lit_bayes.recipe_runs import fit_cell, health_verdict, settings_overrides, verdict_lines
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "uci_partitions.yaml"
@@ -121,7 +121,7 @@ def main(argv=None):
     lrs = [float(v) for v in args.lrs.split(",") if v.strip()]
     common = {"trainer.max_epochs": args.epochs, "trainer.check_val_every_n_epoch": args.epochs}
 
-    table = {}
+    table, verdicts = {}, {}
     for name, path, target in sets:
         for partition in partitions:
             by_lr = {}
@@ -137,7 +137,8 @@ def main(argv=None):
                     runs.append({"test_mse": metrics["test/rmse"] ** 2 / scale, "val_mse": metrics["val/rmse"] ** 2 / scale,
                                  "test_mse_standardised": metrics["test/rmse"] ** 2,
                                  "mixing": {k: v for k, v in metrics.items() if k.startswith("mixing/")},
-                                 "wall_time_s": summary["wall_time_s"]})
+                                 "wall_time_s": summary["wall_time_s"], "verdict": health_verdict(summary)})
+                    verdicts[str(directory.relative_to(args.out))] = runs[-1]["verdict"]
                 by_lr[lr] = runs
             cell = {}
             for rule, key in (("test", "test_mse"), ("val", "val_mse")):
@@ -153,6 +154,7 @@ def main(argv=None):
             print(f"{name:<10}{partition:<18} test-picked {t['test_mse_mean']:.4f} ± {t['test_mse_std']:.4f} "
                   f"(lr {t['lr']:g})  val-picked {v['test_mse_mean']:.4f} (lr {v['lr']:g})  paper {paper_text}",
                   flush=True)
+    print(*verdict_lines(verdicts, "its test MSE is not yet that of its posterior; run longer (--epochs)"), sep="\n")
     if args.synthetic:
         print("NOTE: the 'synthetic' rows use generated data, not a UCI set")
     args.out.mkdir(parents=True, exist_ok=True)
