@@ -8,6 +8,9 @@ advice that fixes it. The checks:
 - ``no_draws`` (failed): no state was kept after the burn-in.
 - ``too_few_draws`` (warning): fewer than 4 draws per chain, too few to diagnose.
 - ``single_chain`` (warning): one chain: R-hat, and any check across chains, is undefined.
+- ``unchecked`` (warning): draws were kept from several chains, but no function-space R-hat could be
+  computed (no function-space trace was recorded, or fewer than 4 points of it per chain, e.g. the
+  chain diagnostics' ``every_n_steps`` longer than the run allowed): the chains' agreement was never measured.
 - ``rhat`` (warning above ``rhat_warn``, failed above ``rhat_fail``): the rank-normalised split
   R-hat of Vehtari et al. (2021) on the function-space traces (each chain's held-out log
   predictive density and that of a few fixed points); 1.01 is their recommended threshold.
@@ -156,7 +159,7 @@ def assess(record: RunRecord, thresholds: HealthThresholds | None = None) -> Hea
     elif not record.independent_chains:
         notes.append("resampled particles: chain diagnostics do not apply (see diag/particle_ess_*)")
     elif record.draws_per_chain >= MIN_DRAWS:
-        reasons += _chain_reasons(record, limits)
+        reasons += _unchecked_reasons(record) + _chain_reasons(record, limits)
     if record.acceptance:
         reasons += _acceptance_reasons(record.acceptance, limits)
     verdict = "failed" if any(r.severity == "failed" for r in reasons) else "warning" if reasons else "ok"
@@ -186,6 +189,23 @@ def _draw_reasons(record: RunRecord) -> list[Reason]:
             "run 4 or more chains (num_chains), started apart (init: prior)",
         ))
     return reasons
+
+
+def _unchecked_reasons(record: RunRecord) -> list[Reason]:
+    """``unchecked`` where several chains kept draws but none of their function-space traces has an R-hat."""
+    if record.chains < 2 or any(f"rhat/{name}" in record.diagnostics for name in record.function_space):
+        return []
+    if record.function_space:
+        points = max(record.traces[name].shape[-1] for name in record.function_space)
+        recorded = (f"the chain diagnostics recorded {points} point(s) per chain of the function-space traces "
+                    f"(R-hat needs at least {MIN_DRAWS})")
+    else:
+        recorded = "no function-space trace was recorded"
+    return [Reason(
+        "unchecked", "warning", f"convergence not checked: {recorded}, so whether the chains agree is unknown",
+        "record the chain diagnostics more often (diagnostics: every_n_steps) or run longer; without a "
+        "ChainDiagnostics callback, add lit_bayes.callbacks.ChainDiagnostics",
+    )]
 
 
 def _chain_reasons(record: RunRecord, limits: HealthThresholds) -> list[Reason]:

@@ -61,6 +61,23 @@ def test_too_few_draws_and_a_single_chain_warn():
     assert health.verdict == "warning" and codes(health) == ["too_few_draws", "single_chain"]
 
 
+def test_chains_whose_agreement_was_never_measured_warn_and_say_why():
+    """Draws kept from several chains, but the chain diagnostics recorded too few points for an R-hat (as an
+    exp_b HMC run of 123 steps with diagnostics every 100 steps did), or nothing in function space."""
+    apart = stationary(torch.Generator().manual_seed(7), chains=2, draws=1)
+    apart[1] += 100.0  # the chains disagree: nothing may call this run converged
+    health = assess(RunRecord(steps=123, burn_in=0, thinning=1, chains=2, draws_per_chain=123,
+                              traces={"heldout_lpd": apart}, function_space=("heldout_lpd",)))
+    assert health.verdict == "warning" and codes(health) == ["unchecked"]
+    assert "recorded 1 point(s) per chain" in health.reasons[0].message
+    assert "every_n_steps" in health.reasons[0].advice
+    blind = assess(RunRecord(steps=1000, burn_in=500, thinning=1, chains=4, draws_per_chain=500))
+    assert codes(blind) == ["unchecked"] and "no function-space trace" in blind.reasons[0].message
+    # one chain: single_chain says it already
+    assert codes(assess(RunRecord(steps=1000, burn_in=500, thinning=1, chains=1, draws_per_chain=500))) == [
+        "single_chain"]
+
+
 def test_chains_offset_by_a_fraction_of_their_spread_fail_on_rhat():
     heldout = stationary(torch.Generator().manual_seed(2))
     heldout[: CHAINS // 2] += 1.0  # within mode_sd of each other, but clearly not one distribution
