@@ -86,6 +86,7 @@ class RunHealth(Callback):
             uses_draws=pl_module.keeps_draws and not pl_module.predict_with_current_state,
             independent_chains=independent,
             posterior_sampler=pl_module.keeps_draws,
+            notes=tuple(note for note in [pl_module.batch_target_note()] if note is not None),
         )
 
     def on_fit_start(self, trainer, pl_module) -> None:

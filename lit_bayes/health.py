@@ -124,7 +124,8 @@ class RunRecord:
     them (``heldout_lpd``, ``point_lpd_<j>``, ``energy``); ``function_space``: the names among them
     that are function-space quantities; ``diagnostics``: their R-hat and ESS (``rhat/<name>``,
     ``ess_bulk/<name>``); ``acceptance``: rate per layer or block label; ``posterior_sampler``:
-    False for an optimiser (MAP), whose chains are not meant to agree.
+    False for an optimiser (MAP), whose chains are not meant to agree; ``notes``: what the sampler says
+    of its target, passed on to the health notes.
     """
 
     steps: int
@@ -140,13 +141,14 @@ class RunRecord:
     uses_draws: bool = True
     independent_chains: bool = True
     posterior_sampler: bool = True
+    notes: tuple[str, ...] = ()
 
 
 def assess(record: RunRecord, thresholds: HealthThresholds | None = None) -> Health:
     """The :class:`Health` of the run that ``record`` describes."""
     limits = thresholds or HealthThresholds()
     reasons: list[Reason] = []
-    notes: list[str] = []
+    notes: list[str] = list(record.notes)
     if record.uses_draws:
         reasons += _draw_reasons(record)
     if record.nonfinite_steps:

@@ -4,6 +4,7 @@ rejections, adaptation, exact resume."""
 import math
 import os
 import pickle
+import warnings
 
 import lightning as L
 import pytest
@@ -14,7 +15,7 @@ from torch import nn
 from lit_bayes import Bernoulli, Categorical, Gaussian, GaussianPrior, Posterior
 from lit_bayes.posterior import FlatPrior, Prior
 from lit_bayes.blocks import modulo_partition
-from lit_bayes.callbacks import AcceptanceMonitor, PosteriorSamples
+from lit_bayes.callbacks import AcceptanceMonitor, PosteriorSamples, RunHealth
 from lit_bayes.data import LinearRegression, NoisyXOR
 from lit_bayes.incremental import (BlockPlan, BlockTarget, FullForwardTarget, keep_accepted, rejected_indices,
                                    select_accepted, write_accepted)
@@ -273,6 +274,26 @@ def test_full_batch_samples_conjugate_linear_regression(blocks, tmp_path):
     rates = monitor.rates()
     assert set(rates["layer"]) == {"net"} and len(rates["block"]) == sampler.partition.num_blocks
     assert 0.2 < monitor.summary_metrics()["accept/overall"] < 0.5, rates
+
+
+@pytest.mark.parametrize("batch_size, scaling, noted", [(10, "sum", True), (None, "sum", False), (10, "rescaled", False)])
+def test_a_batch_sized_target_is_warned_and_kept_in_the_health_notes(batch_size, scaling, noted, tmp_path):
+    """minibatch_scaling='sum' on batches of 10 of 40 points samples a posterior of 10 points' worth of data:
+    said at fit start and in the run's health notes; full batches, or the rescaled energy, say nothing."""
+    data = NoisyXOR(num_train=40, num_val=0, num_test=8, batch_size=batch_size, seed=3)
+    sampler = BlockGibbs(MLP([2, 3, 1]), Bernoulli(), GaussianPrior(10.0), minibatch_scaling=scaling, num_chains=2,
+                         burn_in=4, seed=5)
+    health = RunHealth(print_report=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer(12, [PosteriorSamples(), health], tmp_path).fit(sampler, datamodule=data)
+    said = [str(w.message) for w in caught if "minibatch_scaling='sum'" in str(w.message)]
+    notes = health.assess_fit(None, None).notes
+    if noted:
+        assert len(said) == 1 and "batches of 10 of the 40 training points" in said[0]
+        assert "changes with the batch size" in said[0] and notes == said
+    else:
+        assert said == [] and notes == []
 
 
 def fit_xor(root, epochs, ckpt_path=None):

@@ -295,6 +295,26 @@ class SamplerModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self.resolve_sampling()
+        note = self.batch_target_note()
+        if note is not None:
+            rank_zero_warn(note)
+
+    def batch_target_note(self) -> str | None:
+        """What the chains target under ``minibatch_scaling="sum"`` on training batches smaller than the
+        training set (the DataModule's ``batch_size`` below its ``num_train``): the posterior of one batch's
+        worth of data, which changes with the batch size. ``None`` otherwise, or when the DataModule does
+        not give both sizes. Warned at fit start and kept in the run's health notes."""
+        if self.posterior.minibatch_scaling != "sum" or self._trainer is None:
+            return None
+        datamodule = getattr(self.trainer, "datamodule", None)
+        batch, num_train = getattr(datamodule, "batch_size", None), getattr(datamodule, "num_train", None)
+        if batch is None or num_train is None or batch >= num_train:
+            return None
+        return (f"minibatch_scaling='sum' on batches of {batch} of the {num_train} training points: each step's "
+                f"energy weighs one batch's likelihood unscaled, so the chains target a posterior about as wide as "
+                f"one given {batch} points (the FNBG paper's minibatch sampler), not the posterior of all "
+                f"{num_train}, and the target changes with the batch size; for that posterior use "
+                "minibatch_scaling='rescaled' (N/B times the batch sum) or full batches")
 
     @property
     def stream_rank(self) -> int:
