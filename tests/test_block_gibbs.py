@@ -276,7 +276,8 @@ def test_full_batch_samples_conjugate_linear_regression(blocks, tmp_path):
     assert 0.2 < monitor.summary_metrics()["accept/overall"] < 0.5, rates
 
 
-@pytest.mark.parametrize("batch_size, scaling, noted", [(10, "sum", True), (None, "sum", False), (10, "rescaled", False)])
+@pytest.mark.parametrize("batch_size, scaling, noted",
+                         [(10, "sum", True), (None, "sum", False), (10, "rescaled", False)])
 def test_a_batch_sized_target_is_warned_and_kept_in_the_health_notes(batch_size, scaling, noted, tmp_path):
     """minibatch_scaling='sum' on batches of 10 of 40 points samples a posterior of 10 points' worth of data:
     said at fit start and in the run's health notes; full batches, or the rescaled energy, say nothing."""

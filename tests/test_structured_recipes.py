@@ -45,7 +45,8 @@ def test_fig3_script_runs_on_mnist_files(tmp_path):
                               str(tmp_path / "data"), "--stepper", "sgld", "--lr", "1e-5", "--epochs", "4",
                               "--batch-size", "8", "--s-groups", "", "--groups", "all", "--keep-probs", "0.5",
                               "--num-masks", "2", "--out", str(out)],
-                             check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}).stdout
+                             check=True, capture_output=True, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"}).stdout
     results = json.loads((out / "summary.json").read_text())["results"]
     assert sorted(results) == ["S_d-sgld M=42310 rho=0.5", "sgld"]
     sgld, dropout = results["sgld"], results["S_d-sgld M=42310 rho=0.5"]
@@ -207,7 +208,8 @@ def test_partition_script_keeps_and_counts_every_run_verdict(tmp_path, monkeypat
                          "--out", str(tmp_path)])
     runs = table["synthetic"]["random"]["runs"]["0.001"]
     for seed, run in enumerate(runs):
-        summary = json.loads((tmp_path / "synthetic" / "random" / "lr=0.001" / f"seed_{seed}" / "summary.json").read_text())
+        directory = tmp_path / "synthetic" / "random" / "lr=0.001" / f"seed_{seed}"
+        summary = json.loads((directory / "summary.json").read_text())
         assert run["verdict"] == summary["health"]["verdict"]
     assert "health verdicts of the 2 run(s): " in capsys.readouterr().out
 

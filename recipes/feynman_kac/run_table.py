@@ -7,8 +7,9 @@
 Each seed draws its own data, psi initialisation and particles (``seed_everything``, the
 sampler's and the DataModule's seeds), as the paper's runs do (feynman-kac spec §6.0). Every
 run writes its own ``summary.json``; this script writes ``table.json`` with every cell beside
-the paper's value and every run's health verdict (counted under the table, the runs not ``ok`` named). Std is over runs with ddof 0 (``np.std``, the paper's); the paper's
-entries are truncated to 2 decimals (spec §6.0), so allow about 0.01.
+the paper's value and every run's health verdict (counted under the table, the runs not ``ok``
+named). Std is over runs with ddof 0 (``np.std``, the paper's); the paper's entries are truncated
+to 2 decimals (spec §6.0), so allow about 0.01.
 """
 from __future__ import annotations
 

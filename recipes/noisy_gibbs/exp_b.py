@@ -248,7 +248,8 @@ def main() -> None:
           "the fractions fall as Delta falls, Gibbs highest over most of the range; equilibrium test MSE ~0.5 Delta "
           "(intermediate), ~0.33 Delta (classical); Fig. 2-right mean thermalization times (s): "
           + ", ".join(f"{a} {t}" for a, t in PAPER_TIMES_S.items()))
-    print(*verdict_lines({f"teacher {r['teacher']} Delta {key(r['delta'])} {r['algorithm']}": r["verdict"] for r in runs},
+    verdicts = {f"teacher {r['teacher']} Delta {key(r['delta'])} {r['algorithm']}": r["verdict"] for r in runs}
+    print(*verdict_lines(verdicts,
                          "the health checks do not pass its two chains, whatever the merge rule says of them (the "
                          "informed and uninformed starts disagreeing is what thermalization means); run longer "
                          "(--budget-s)"), sep="\n")
