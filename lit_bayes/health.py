@@ -161,7 +161,7 @@ def assess(record: RunRecord, thresholds: HealthThresholds | None = None) -> Hea
     elif not record.independent_chains:
         notes.append("resampled particles: chain diagnostics do not apply (see diag/particle_ess_*)")
     elif record.draws_per_chain >= MIN_DRAWS:
-        reasons += _unchecked_reasons(record) + _chain_reasons(record, limits)
+        reasons += _chain_reasons(record, limits)
     if record.acceptance:
         reasons += _acceptance_reasons(record.acceptance, limits)
     verdict = "failed" if any(r.severity == "failed" for r in reasons) else "warning" if reasons else "ok"
@@ -193,21 +193,19 @@ def _draw_reasons(record: RunRecord) -> list[Reason]:
     return reasons
 
 
-def _unchecked_reasons(record: RunRecord) -> list[Reason]:
-    """``unchecked`` where several chains kept draws but none of their function-space traces has an R-hat."""
-    if record.chains < 2 or any(f"rhat/{name}" in record.diagnostics for name in record.function_space):
-        return []
+def _unchecked_reason(record: RunRecord) -> Reason:
+    """``unchecked``: several chains kept draws, but none of their function-space traces has an R-hat."""
     if record.function_space:
         points = max(record.traces[name].shape[-1] for name in record.function_space)
         recorded = (f"the chain diagnostics recorded {points} point(s) per chain of the function-space traces "
                     f"(R-hat needs at least {MIN_DRAWS})")
     else:
         recorded = "no function-space trace was recorded"
-    return [Reason(
+    return Reason(
         "unchecked", "warning", f"convergence not checked: {recorded}, so whether the chains agree is unknown",
         "record the chain diagnostics more often (diagnostics: every_n_steps) or run longer; without a "
         "ChainDiagnostics callback, add lit_bayes.callbacks.ChainDiagnostics",
-    )]
+    )
 
 
 def _chain_reasons(record: RunRecord, limits: HealthThresholds) -> list[Reason]:
@@ -231,6 +229,8 @@ def _chain_reasons(record: RunRecord, limits: HealthThresholds) -> list[Reason]:
                 "low_ess", "warning", f"bulk ESS {ess[low]:.0f} on {low} (below {limits.min_ess:g})",
                 "run longer, keep more draws (num_draws) or more chains",
             ))
+    elif record.chains >= 2:
+        reasons.append(_unchecked_reason(record))
     space = next((n for n in ("heldout_lpd", "energy") if n in record.traces), None)
     if space is not None:
         reasons += _stationarity_reasons(record.traces[space], space, limits)

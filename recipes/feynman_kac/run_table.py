@@ -43,6 +43,10 @@ TABLES = {
 }
 
 
+#: what a run whose verdict is not ok means for a table of these scripts (:func:`verdict_lines`)
+UNCONVERGED = "its metrics are not those of a converged run; see the run's advice"
+
+
 def run_seed(recipe: Path, seed: int, root: Path, extra: list[str]) -> dict:
     """One seed's run in ``root/seed_<seed>`` (its data, psi initialisation and particles seeded),
     by :func:`lit_bayes.recipe_runs.fit_cell`: a run that finished is read, not repeated, so an
@@ -80,7 +84,7 @@ def main() -> None:
         rows[column] = beside_paper(key, [r[key] for r in runs], paper_mean, paper_std)
         ours = rows[column]
         print(f"  {column:5s} ours {ours['ours_mean']:.4f} ({ours['ours_std']:.4f})   paper {paper_mean:.4f} ({paper_std:.4f})")
-    print(*verdict_lines(verdicts, "its metrics are not those of a converged run; see the run's advice"), sep="\n")
+    print(*verdict_lines(verdicts, UNCONVERGED), sep="\n")
     out = {"table": args.table, "seeds": len(runs), "overrides": overrides, "rows": rows, "verdicts": verdicts}
     (root / "table.json").write_text(json.dumps(out, indent=2))
     print(json.dumps({c: round(r["ours_mean"], 4) for c, r in rows.items()} | {"seeds": len(runs)}))

@@ -31,7 +31,7 @@ from lit_bayes.data.uci_sets import DATASETS, preprocess, read_rows, write_clean
 from lit_bayes.recipe_runs import health_verdict, verdict_lines
 
 # the sibling seed runner: this script runs as a file, so its folder is on sys.path
-from run_table import cell, run_seed
+from run_table import UNCONVERGED, cell, run_seed
 
 HERE = Path(__file__).resolve().parent
 RECIPE = HERE / "uci_ohsmc.yaml"
@@ -103,7 +103,7 @@ def main() -> None:
         for column, ours in row.items():
             reference = f"   paper {paper[column][0]:.2f} ({paper[column][1]:.2f})" if column in paper else ""
             print(f"    {column:8s} ours {ours['mean']:.3f} ({ours['std']:.3f}){reference}")
-    print(*verdict_lines(verdicts, "its metrics are not those of a converged run; see the run's advice"), sep="\n")
+    print(*verdict_lines(verdicts, UNCONVERGED), sep="\n")
     table = {"dataset": args.dataset, "n": n, "d": d, "num_classes": num_classes, "seeds": args.seeds,
              "overrides": overrides, "selected": best, "rows": rows, "verdicts": verdicts,
              "paper": {c: {"mean": m, "std": s} for c, (m, s) in paper.items()}}

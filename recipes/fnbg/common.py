@@ -10,6 +10,9 @@ from lit_bayes.recipe_runs import fit_run
 from lit_bayes.run_loading import RunPosterior, load_run
 
 HERE = Path(__file__).resolve().parent
+#: what an XOR run whose verdict is not ok means for its per-chain table (:func:`verdict_lines`)
+CHAINS_UNCONVERGED = ("its chains' accuracies are not draws of one posterior (chains in separate modes or not yet "
+                      "stationary)")
 
 
 def scaled(sweeps: int, batches_per_epoch: int) -> list[str]:

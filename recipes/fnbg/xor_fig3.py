@@ -24,7 +24,7 @@ import json
 import statistics
 from pathlib import Path
 
-from common import fit, kept_draws, scaled, show, summary
+from common import CHAINS_UNCONVERGED, fit, kept_draws, scaled, show, summary
 
 from lit_bayes.chain_metrics import chain_acceptance, chain_accuracies
 from lit_bayes.cli import last_checkpoint
@@ -58,8 +58,7 @@ def main() -> None:
             for name, acc in scenarios.items()]
     show("Fig. 3b: test accuracy % per chain, ours / paper", ["scenario", "chains", "median", "mean", "paper median"],
          [[r["scenario"], r["chains"], r["median"], r["mean"], r["paper_median"]] for r in rows])
-    print(*verdict_lines(verdicts, "its chains' accuracies are not draws of one posterior (chains in separate modes "
-                         "or not yet stationary)"), sep="\n")
+    print(*verdict_lines(verdicts, CHAINS_UNCONVERGED), sep="\n")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "xor_fig3.json").write_text(json.dumps({"rows": rows, "exact_accept": exact_rates,
                                                               "verdicts": verdicts}, indent=2))

@@ -18,7 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
-from common import fit, kept_draws, scaled, show, summary
+from common import CHAINS_UNCONVERGED, fit, kept_draws, scaled, show, summary
 
 from lit_bayes.chain_metrics import chain_accuracies
 from lit_bayes.recipe_runs import health_verdict, verdict_lines
@@ -54,8 +54,7 @@ def main() -> None:
          [[r["net"], r["chains"], r["median"], r["iqr"], r["paper_median"]] for r in rows])
     for r in rows:
         print(f"{r['net']} acceptance by layer: " + ", ".join(f"{k} {v:.3f}" for k, v in r["acceptance"].items()))
-    print(*verdict_lines({r["net"]: r["verdict"] for r in rows}, "its chains' accuracies are not draws of one "
-                         "posterior (chains in separate modes or not yet stationary)"), sep="\n")
+    print(*verdict_lines({r["net"]: r["verdict"] for r in rows}, CHAINS_UNCONVERGED), sep="\n")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "xor_fig7.json").write_text(json.dumps({"rows": rows}, indent=2))
 
