@@ -19,6 +19,11 @@ The authors' sweep (their released torch functions), timed side by side with our
 (2-vCPU AMD EPYC Zen3, one thread, idle; issue 26): Exp. A 4.76 ms = 20.3 fwd, MNIST MLP 255 ms =
 3.64 fwd. Targets (issue 26): Exp. A <= 12 fwd, MNIST MLP <= 3.0 fwd.
 
+On this kind of machine MKL runs the 60,000 x 784 by 12 product at ~14 GFLOP/s (78-92 ms, ~80 % of the plain
+forward); the sweep multiplies its two such products (the pre-activations X W^T and the first layer's mean
+T^T P^T) through oneDNN instead (:class:`lit_bayes.row_products.FixedOperand`), which the authors' code does
+not; the unit's forward keeps torch's ``F.linear``.
+
 float32 by default (the authors' default). Timings depend on the machine and its load: nothing
 here asserts on time. Run: ``python benchmarks/noisy_gibbs_sweep.py`` (``--sweeps`` timed repeats
 after two warm-ups, ``--sizes``, ``--threads`` (default 1), ``--dtype``, ``--no-mnist``).
@@ -34,7 +39,7 @@ import torch
 from plain_forward import median_seconds, plain_forward
 
 from lit_bayes.models.noisy_mlp import NoisyMLP
-from lit_bayes.row_products import cpu_vendor, transposed_is_faster
+from lit_bayes.row_products import cpu_vendor, onednn_is_faster, transposed_is_faster
 from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
 
 EXP_A = dict(widths=[50, 10, 1], delta=1e-4, output="regression", n=2084)
@@ -86,7 +91,9 @@ def main() -> None:
           "warm-ups (MNIST: a quarter); fwd = one plain full-batch forward + summed loss (plain_forward.py), "
           "timed in turn with the sweep")
     print(f"CPU vendor {cpu_vendor() or 'unknown'}: first-layer row products in the "
-          f"{'transposed' if transposed_is_faster(torch.device('cpu')) else 'plain'} orientation (lit_bayes.row_products)")
+          f"{'transposed' if transposed_is_faster(torch.device('cpu')) else 'plain'} orientation (lit_bayes.row_products); "
+          f"the fixed inputs and first-layer projector multiplied through "
+          f"{'oneDNN' if onednn_is_faster(torch.zeros(1, 1, dtype=getattr(torch, args.dtype))) else 'the dense products'}")
     header = f"{'case':>10} {'n':>6} {'fwd ms':>8} {'sweep ms':>9} {'step ms':>8} {'sweep/fwd':>10} {'step/fwd':>9}"
     print(header)
     rows = []

@@ -1,5 +1,6 @@
-"""Both orientations of the row products give the same values, and the choice between them follows the
-processor's vendor only (so a resumed run computes like the run it continues)."""
+"""Both orientations of the row products, and a fixed operand's oneDNN path, give the same values, and the choice
+between them follows the processor's vendor and the dtype only (so a resumed run computes like the run it
+continues)."""
 from __future__ import annotations
 
 import pytest
@@ -29,12 +30,34 @@ def test_the_cpu_vendor_is_one_of_the_known_or_empty():
     assert module.cpu_vendor() in (*module.VENDORS, "")
 
 
-def sweeps(monkeypatch, vendor: str) -> dict[str, torch.Tensor]:
+@pytest.mark.parametrize("vendor", ["AuthenticAMD", "GenuineIntel"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_fixed_operand_gives_both_products_on_either_path(vendor, dtype, monkeypatch):
+    """oneDNN for float32 on AMD (where it has oneDNN), the dense products otherwise: the same values."""
+    monkeypatch.setattr(module, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(module, "ONEDNN_MIN_ELEMENTS", 700 * 50)
+    generator = torch.Generator().manual_seed(0)
+    matrix = torch.randn(700, 50, generator=generator, dtype=dtype)
+    assert not module.onednn_is_faster(matrix[:-1])  # below the size where oneDNN pays
+    weight, rows = torch.randn(3, 12, 50, generator=generator, dtype=dtype), torch.randn(2, 5, 50, dtype=dtype)
+    fixed = module.FixedOperand(matrix)
+    onednn = vendor == "AuthenticAMD" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    assert module.onednn_is_faster(matrix) == onednn and (fixed._onednn is not None) == onednn
+    assert fixed.shape == (700, 50)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(fixed.rows_times(weight), torch.einsum("nd,ckd->cnk", matrix, weight), rtol=tol, atol=tol)
+    torch.testing.assert_close(fixed.rows_times(weight[0]), matrix @ weight[0].T, rtol=tol, atol=tol)
+    torch.testing.assert_close(fixed.times_rows(rows), torch.einsum("ckd,nd->ckn", rows, matrix), rtol=tol, atol=tol)
+    with pytest.raises(ValueError, match="matrix must be 2-D"):
+        module.FixedOperand(weight)
+
+
+def sweeps(monkeypatch, vendor: str, dtype: str = "float64") -> dict[str, torch.Tensor]:
     monkeypatch.setattr(module, "cpu_vendor", lambda: vendor)
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(300, 20, generator=generator)
     y = torch.randn(300, generator=generator)
-    sampler = NoisyGibbs(NoisyMLP([20, 8, 1], "relu", 0.1, 0.1), num_chains=2, seed=0, dtype="float64")
+    sampler = NoisyGibbs(NoisyMLP([20, 8, 1], "relu", 0.1, 0.1), num_chains=2, seed=0, dtype=dtype)
     sampler.setup("fit")
     stepper = sampler.configure_optimizers()
     inputs, targets, latents = sampler.sweep_inputs((x, y))
@@ -48,3 +71,12 @@ def test_noisy_gibbs_sweeps_agree_in_both_orientations(monkeypatch):
     amd, intel = sweeps(monkeypatch, "AuthenticAMD"), sweeps(monkeypatch, "GenuineIntel")
     for name in amd:
         torch.testing.assert_close(amd[name], intel[name], rtol=1e-9, atol=1e-9)
+
+
+def test_noisy_gibbs_sweeps_agree_with_and_without_onednn(monkeypatch):
+    """float32: oneDNN's first-layer products on AMD (here at any size), MKL's elsewhere; three sweeps from the
+    same seed agree to float32 rounding."""
+    monkeypatch.setattr(module, "ONEDNN_MIN_ELEMENTS", 1)
+    amd, intel = sweeps(monkeypatch, "AuthenticAMD", "float32"), sweeps(monkeypatch, "GenuineIntel", "float32")
+    for name in amd:
+        torch.testing.assert_close(amd[name], intel[name], rtol=1e-4, atol=1e-4)

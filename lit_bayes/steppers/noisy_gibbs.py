@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lit_bayes.models.noisy_mlp import NoisyMLP
-from lit_bayes.row_products import row_products
+from lit_bayes.row_products import FixedOperand, row_products
 from lit_bayes.steppers.truncated_gaussian import probit_scores, row_chunks, sample_pre_activations
 from lit_bayes.unchanged import DerivedFrom
 
@@ -40,7 +40,8 @@ class LinearGaussianConditional:
         design: D, shape ``(..., m, d)`` (leading chain dimensions, or none when shared).
         precision: the prior precisions, shape ``(d,)``.
         delta: the noise variance of the targets.
-        cache_projector: also keep A^{-1} D^T (for a fixed design, the first layer: spec §8 item 10).
+        cache_projector: also keep A^{-1} D^T (for a fixed design, the first layer: spec §8 item 10), as a
+            :class:`~lit_bayes.row_products.FixedOperand`.
     """
 
     def __init__(self, design: Tensor, precision: Tensor, delta: float, cache_projector: bool = False) -> None:
@@ -51,7 +52,7 @@ class LinearGaussianConditional:
         self.factor = torch.linalg.cholesky(gram)
         identity = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
         self.inverse_factor = torch.linalg.solve_triangular(self.factor, identity, upper=False)  # L^{-1}, (d, d)
-        self.projector = torch.cholesky_solve(design.mT, self.factor) if cache_projector else None
+        self.projector = FixedOperand(torch.cholesky_solve(design.mT, self.factor)) if cache_projector else None
 
     def right_hand_side(self, targets: Tensor, prior_mean: Tensor | None = None) -> Tensor:
         """The rows b_a^T = t_a^T D + delta m0_a^T diag(precision), ``(C, k, d)``."""
@@ -64,7 +65,7 @@ class LinearGaussianConditional:
         """The conditional means of the rows, ``(C, k, d)``, given targets ``(C, m, k)`` and optionally
         the row prior means ``(C, k, d)``."""
         if self.projector is not None and prior_mean is None:
-            return targets.mT @ self.projector.mT
+            return self.projector.times_rows(targets.mT)
         inverse = self.inverse_factor
         return self.right_hand_side(targets, prior_mean) @ inverse.mT @ inverse
 
@@ -80,7 +81,7 @@ class LinearGaussianConditional:
         solves against k right-hand sides (k up to the number of training points)."""
         inverse, scale = self.inverse_factor, math.sqrt(self.delta)
         if self.projector is not None and prior_mean is None:
-            mean = targets.mT @ self.projector.mT  # T^T P^T: MKL is much faster with the long axis m innermost
+            mean = self.projector.times_rows(targets.mT)  # T^T P^T
             noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
             return mean + (scale * noise) @ inverse
         white = self.right_hand_side(targets, prior_mean) @ inverse.mT
@@ -124,6 +125,7 @@ class NoisyGibbsStepper(Optimizer):
         self.biases = biases
         self.generator = generator
         self._first: DerivedFrom[LinearGaussianConditional] = DerivedFrom(compare_values=True)
+        self._inputs: DerivedFrom[FixedOperand] = DerivedFrom(compare_values=True)
 
     @torch.no_grad()
     def step(self, closure) -> None:
@@ -146,8 +148,12 @@ class NoisyGibbsStepper(Optimizer):
 
     def pre_activation(self, layer: int, below: Tensor) -> Tensor:
         """omega = X^(l) W^(l)T + b^(l) for weight layer ``layer`` (0-based) on its input ``below``, the product
-        in the orientation this processor runs faster (:func:`lit_bayes.row_products.row_products`)."""
-        omega = row_products(self.weights[layer], below)
+        in the orientation this processor runs faster (:func:`lit_bayes.row_products.row_products`); the first
+        layer's fixed inputs as a :class:`~lit_bayes.row_products.FixedOperand`, converted once."""
+        if layer == 0:
+            omega = self._inputs(below, FixedOperand).rows_times(self.weights[0])
+        else:
+            omega = row_products(self.weights[layer], below)
         bias = self.biases[layer]
         return omega if bias is None else omega + bias.unsqueeze(-2)
 
