@@ -39,7 +39,7 @@ import torch
 from plain_forward import median_seconds, plain_forward
 
 from lit_bayes.models.noisy_mlp import NoisyMLP
-from lit_bayes.row_products import cpu_vendor, onednn_is_faster, transposed_is_faster
+from lit_bayes.row_products import ONEDNN_MIN_ELEMENTS, cpu_vendor, onednn_is_faster, transposed_is_faster
 from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
 
 EXP_A = dict(widths=[50, 10, 1], delta=1e-4, output="regression", n=2084)
@@ -90,10 +90,11 @@ def main() -> None:
     print(f"NoisyGibbs, 1 chain, {args.dtype}, {args.threads} threads, medians of {args.sweeps} repeats after 2 "
           "warm-ups (MNIST: a quarter); fwd = one plain full-batch forward + summed loss (plain_forward.py), "
           "timed in turn with the sweep")
+    at_threshold = torch.empty(ONEDNN_MIN_ELEMENTS, dtype=getattr(torch, args.dtype))  # the smallest oneDNN matrix
     print(f"CPU vendor {cpu_vendor() or 'unknown'}: first-layer row products in the "
           f"{'transposed' if transposed_is_faster(torch.device('cpu')) else 'plain'} orientation (lit_bayes.row_products); "
           f"the fixed inputs and first-layer projector multiplied through "
-          f"{'oneDNN' if onednn_is_faster(torch.zeros(1, 1, dtype=getattr(torch, args.dtype))) else 'the dense products'}")
+          f"{'oneDNN' if onednn_is_faster(at_threshold) else 'the dense products'} from {ONEDNN_MIN_ELEMENTS:,} elements on")
     header = f"{'case':>10} {'n':>6} {'fwd ms':>8} {'sweep ms':>9} {'step ms':>8} {'sweep/fwd':>10} {'step/fwd':>9}"
     print(header)
     rows = []

@@ -23,7 +23,8 @@ network, same dtype), the median of 200 calls timed just before and just after e
 ``--jax-python PYTHON`` (an interpreter with ``jax`` and ``optax``) also times
 ``ohsmc_step_jax.py``, the same step written in JAX and jitted whole, one-threaded, in a subprocess
 right after each float64 row, and prints it in ms and fwd and ours over it (``ours/jax``). On the 2-core
-AMD EPYC Zen4 with AVX-512 (2026-11-28, jax 0.10.2, three runs, the other core running a long job), float64: J = 100, JAX
+AMD EPYC Zen4 with AVX-512 (2026-11-28, jax 0.10.2, three runs, the other core running a long job), float64:
+J = 100, JAX
 0.79-0.82 ms = 17.7-18.2 fwd, ours 0.97-1.00 ms = 21.6-22.6 fwd (ours/jax 1.19-1.25); J = 1,000, JAX
 7.3-7.9 ms, ours 3.0-3.4 ms (ours/jax 0.40-0.45). A whole-step jit is ~3.5x faster than the authors'
 step at J = 100 and ~8x at J = 1,000; ours is 2.9x faster than the authors' at J = 100 but ~20 % slower

@@ -19,9 +19,9 @@ multiplies through oneDNN, whose kernels do not depend on the vendor: on the 2-c
 thread, MKL ran the MNIST first layer's 60,000 x 784 by 12 product in 78-92 ms (~14 GFLOP/s, either
 orientation) and oneDNN (``torch._C._nn.mkldnn_linear``, what ``torch.utils.mkldnn``'s linear layer calls) in
 47-51 ms; the MNIST-MLP noisy Gibbs sweep took 2.65-3.05 plain forward-equivalents against 3.39-3.53 with the
-dense products, interleaved in one run (2026-11-29). For small matrices oneDNN's conversions cost more than they save (the Exp. A
-sweep, 2,084 x 50 and 8,000 x 50 inputs: 3-10 % slower), so it is used from ``ONEDNN_MIN_ELEMENTS`` elements
-on. The oneDNN copy costs the matrix's size again in memory where the caller keeps the dense matrix too (the
+dense products, interleaved in one run (2026-11-29). For small matrices oneDNN's conversions cost more than they
+save (the Exp. A sweep, 2,084 x 50 and 8,000 x 50 inputs: 3-10 % slower), so it is used from
+``ONEDNN_MIN_ELEMENTS`` elements on. The oneDNN copy costs the matrix's size again in memory where the caller keeps the dense matrix too (the
 training inputs); the first layer's projector is kept in oneDNN's layout only.
 """
 from __future__ import annotations
