@@ -223,9 +223,10 @@ class FullForwardTarget(BlockTarget):
 class IncrementalTarget(BlockTarget):
     """Cached-activation path for a :class:`LinearStack` (see the module docstring).
 
-    ``log_likelihood(output)`` maps network outputs ``(C, B, k)`` to ``(C, B)`` and may overwrite
-    them (:meth:`lit_bayes.posterior.Likelihood.log_prob_`); ``x`` is the
-    batch's inputs, shared by every chain. Caches are feature-major, ``(C, out_j, B)``, so a
+    ``log_likelihood(output, overwrite)`` maps network outputs, unit-major ``(C, k, B)`` as the caches
+    hold them, to ``(C, B)``, overwriting them only with ``overwrite``
+    (:meth:`lit_bayes.posterior.Likelihood.log_prob_unit_major`); ``x`` is the batch's inputs, shared
+    by every chain. Caches are feature-major, ``(C, out_j, B)``, so a
     node's column is a contiguous row and the small per-layer products are fast.
 
     With ``fused`` (a :class:`lit_bayes.fused_tail.FusedTail`) and the batch's ``target``, node
@@ -314,8 +315,7 @@ class IncrementalTarget(BlockTarget):
 
     def _output_likelihood(self, g: Tensor, scratch: bool = False) -> Tensor:
         """The likelihood energy of the outputs ``g`` ``(C, k, B)``; ``scratch``: ``g`` may be overwritten."""
-        output = g.transpose(1, 2)
-        return self.reduce(self.log_likelihood(output if scratch else output.clone()))
+        return self.reduce(self.log_likelihood(g, scratch))
 
     def _reset_likelihood(self, state: Tensor) -> Tensor:
         self._lag = None

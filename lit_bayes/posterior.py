@@ -76,6 +76,13 @@ class Likelihood(nn.Module):
         drops), which saves a temporary as large as it where a subclass makes use of that."""
         return self(output, target)
 
+    def log_prob_unit_major(self, output: Tensor, target: Tensor, overwrite: bool = False) -> Tensor:
+        """``forward`` of outputs stored unit-major, ``(..., k, B)`` (the k outputs of a point B apart, as
+        the FNBG incremental caches keep them), returning ``(..., B)``; with ``overwrite``, free to
+        overwrite ``output``."""
+        points = output.transpose(-1, -2)
+        return self.log_prob_(points if overwrite else points.clone(), target)
+
     def log_prob_units(self, units: Sequence[Tensor], target: Tensor) -> Tensor:
         """``forward`` of outputs given unit by unit, one ``(..., B)`` tensor per output unit.
 
@@ -128,6 +135,7 @@ class Categorical(Likelihood):
     """Categorical likelihood over ``num_classes`` logits: ``log softmax(output)[y]``."""
 
     task = "classification"
+    CROSS_ENTROPY_MAX_POINTS = 1 << 16  # unit-major outputs of at most this many points: F.cross_entropy
 
     def __init__(self, num_classes: int) -> None:
         super().__init__()
@@ -179,6 +187,22 @@ class Categorical(Likelihood):
         # class_log_probs entry, without all of them
         picked = self.target_logits(output, target)
         return picked - logsumexp(output, -1, overwrite=overwrite)
+
+    def log_prob_unit_major(self, output: Tensor, target: Tensor, overwrite: bool = False) -> Tensor:
+        """``forward`` of unit-major logits ``(C, k, B)`` (see :meth:`Likelihood.log_prob_unit_major`).
+
+        Up to ``CROSS_ENTROPY_MAX_POINTS`` points (C x B) one ``F.cross_entropy`` over the class dimension:
+        two kernels in place of the logsumexp's dozen small operations, 2-2.5x faster at one chain and
+        B = 3,000 on CPU (~75 against ~180 us, AMD EPYC Zen3), which is how an FNBG block of one chain
+        evaluates its proposal (a sweep ~8 % faster). Above it, where torch's log-softmax over the strided
+        class dimension falls behind (at B = 3,000 about even at 4 chains, 1.1-1.5x slower at 8), the
+        logsumexp of :meth:`log_prob_`."""
+        if output.dim() != 3 or output.shape[0] * output.shape[2] > self.CROSS_ENTROPY_MAX_POINTS:
+            return super().log_prob_unit_major(output, target, overwrite)
+        points = output.transpose(-1, -2)
+        self.check_shapes(points, target)
+        self._check_logits(points)
+        return F.cross_entropy(output, target.long().expand(output.shape[0], -1), reduction="none").neg_()
 
     def log_prob_units(self, units: Sequence[Tensor], target: Tensor) -> Tensor:
         """``forward`` on the logits given class by class, ``(..., B)`` each: the target's logit

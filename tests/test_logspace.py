@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lit_bayes import Bernoulli, Categorical, logspace
+from lit_bayes import Bernoulli, Categorical, Gaussian, logspace
 
 INF = math.inf
 
@@ -74,6 +74,29 @@ def test_categorical_reads_class_major_outputs_as_gather_and_sees_new_labels():
     torch.testing.assert_close(likelihood(outputs, labels), reference)
     with torch.inference_mode():
         torch.testing.assert_close(likelihood(outputs, labels.clone()), reference)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cross_entropy_points", [1 << 16, 0])  # Categorical's cross-entropy branch, and not
+def test_log_prob_unit_major_equals_forward_on_the_transposed_outputs(dtype, cross_entropy_points, monkeypatch):
+    """Unit-major outputs (C, k, B) (the FNBG caches') give ``forward`` of their (C, B, k) view, through
+    Categorical's cross-entropy (small C x B) and its logsumexp (above the threshold), and through the
+    default for other likelihoods; ``output`` is left as it was unless ``overwrite``."""
+    monkeypatch.setattr(Categorical, "CROSS_ENTROPY_MAX_POINTS", cross_entropy_points)
+    gen = torch.Generator().manual_seed(4)
+    labels = torch.randint(5, (60,), generator=gen)
+    for likelihood, units, target in [(Categorical(5), 5, labels), (Gaussian(0.7), 1, torch.randn(60, generator=gen)),
+                                      (Bernoulli(), 1, labels.remainder(2))]:
+        outputs = (torch.randn(3, units, 60, generator=gen) * 4).to(dtype)
+        kept = outputs.clone()
+        expected = likelihood(outputs.transpose(1, 2).contiguous(), target)
+        torch.testing.assert_close(likelihood.log_prob_unit_major(outputs, target), expected)
+        torch.testing.assert_close(outputs, kept, rtol=0, atol=0)
+        torch.testing.assert_close(likelihood.log_prob_unit_major(outputs, target, overwrite=True), expected)
+    with pytest.raises(ValueError, match="Categorical expects num_classes=5"):
+        Categorical(5).log_prob_unit_major(torch.zeros(2, 4, 60), labels)
+    with pytest.raises(ValueError, match=r"target has shape \(59,\)"):
+        Categorical(5).log_prob_unit_major(torch.zeros(2, 5, 60), labels[:59])
 
 
 def test_log_prob_units_equals_forward_for_every_likelihood():
