@@ -194,7 +194,7 @@ class Categorical(Likelihood):
         Up to ``CROSS_ENTROPY_MAX_POINTS`` points (C x B) one ``F.cross_entropy`` over the class dimension:
         two kernels in place of the logsumexp's dozen small operations, 2-2.5x faster at one chain and
         B = 3,000 on CPU (~75 against ~180 us, AMD EPYC Zen3), which is how an FNBG block of one chain
-        evaluates its proposal (a sweep ~8 % faster). Above it, where torch's log-softmax over the strided
+        evaluates its proposal (a sweep 6-8 % faster). Above it, where torch's log-softmax over the strided
         class dimension falls behind (at B = 3,000 about even at 4 chains, 1.1-1.5x slower at 8), the
         logsumexp of :meth:`log_prob_`."""
         if output.dim() != 3 or output.shape[0] * output.shape[2] > self.CROSS_ENTROPY_MAX_POINTS:
