@@ -17,6 +17,10 @@ the first such row a row only traces and loads it from inductor's cache) and, fo
 
 Targets (issues 8 and 26): one chain <= 20 (130 blocks), <= 120 (810 blocks); 32 chains <= 6 and
 <= 30 per chain. Timings depend on the machine and its load: nothing here asserts on time.
+On the 2-core AMD EPYC Zen3 (2026-11-29, one thread, the other core idle), 130 blocks, one chain, incremental:
+80.8 ms = 26.1 fwd (fwd 3.10 ms) before the unit-major cross-entropy (``Categorical.log_prob_unit_major``), 82.1
+ms = 25.4 fwd (fwd 3.23 ms) after it; 810 blocks 143.0 and 128.2 fwd. The machine's speed moves by up to ~20 %
+from one run to the next, more than the 6-8 % that change saves in interleaved runs in one process.
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
 ``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
 """
