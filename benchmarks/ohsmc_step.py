@@ -7,7 +7,10 @@ variance 0.01, stratified resampling every step, Adam on psi. For each J in ``--
 and each dtype (float64, float32):
 
   * ``batched``: :meth:`lit_bayes.OHSMC.transition` (trunk once per batch, the stochastic
-    layer as one batched product over particles, the layers above on all J x B rows);
+    layer as one batched product over particles, the layers above on all J x B rows), psi's gradient
+    by the hand-written backward (``hand_backprop``, :mod:`lit_bayes.models.sequential_backprop`);
+  * ``autograd``: the same with ``hand_backprop=False`` (the gradient through autograd), timed in turn
+    with ``batched`` (``hand/auto``: their ratio);
   * ``loop``: the same step with ``vectorize=False``: one full forward pass per particle
     (the reference), timed for J <= ``--loop-max`` only.
 
@@ -29,7 +32,9 @@ J = 100, JAX
 7.3-7.9 ms, ours 3.0-3.4 ms (ours/jax 0.40-0.45). A whole-step jit is ~3.5x faster than the authors'
 step at J = 100 and ~8x at J = 1,000; ours is 2.9x faster than the authors' at J = 100 but ~20 % slower
 than that jit. On the Zen3 EPYC (AVX2; 2026-11-29, no JAX run): J = 100 float64 3.56 ms = 21.4 fwd (fwd 0.166
-ms), float32 2.96 ms = 20.0 fwd.
+ms), float32 2.96 ms = 20.0 fwd, through autograd; later that day with the hand-written psi-gradient (two runs,
+the other core's jobs paused), float64 1.62-1.72 ms = 17.0-17.6 fwd (fwd 0.095-0.097 ms) against 1.87-1.96 ms
+through autograd in turn with it (hand/auto 0.87-0.88), float32 0.86-0.90.
 
 Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda] [--threads N] (one thread by default)
 [--jax-python PATH]. The last line printed is one JSON object with every figure.
@@ -73,10 +78,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def build(num_particles: int, dtype: torch.dtype, device: str, vectorize: bool):
+def build(num_particles: int, dtype: torch.dtype, device: str, vectorize: bool, hand_backprop: bool = True):
     torch.manual_seed(0)
     sampler = OHSMC(PartialMLP([2, 100, 20, 5, 1], 2), Bernoulli(), num_particles=num_particles,
-                    num_data=100, seed=0, vectorize=vectorize).to(device=device, dtype=dtype)
+                    num_data=100, seed=0, vectorize=vectorize, hand_backprop=hand_backprop)
+    sampler = sampler.to(device=device, dtype=dtype)
     sampler.setup("fit")
     optimizer = sampler.configure_optimizers()
     return sampler, optimizer
@@ -85,6 +91,14 @@ def build(num_particles: int, dtype: torch.dtype, device: str, vectorize: bool):
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def synced(call, device: str):
+    """``call`` followed by a device synchronisation (timed whole)."""
+    def run():
+        call()
+        sync(device)
+    return run
 
 
 def time_steps(sampler, optimizer, x, y, repeats: int, warmup: int, device: str) -> float:
@@ -120,16 +134,21 @@ def main(argv=None) -> None:
     x0, y0 = next(iter(data.train_dataloader()))
     results = []
     print(f"device {args.device}, {args.threads} threads; ms per OHSMC step, batch 20")
-    print(f"{'J':>6} {'dtype':>8} {'fwd':>7} {'batched':>9} {'in fwd':>7} {'loop':>9} {'loop/batched':>12} "
-          f"{'JAX f64 ref':>11}")
+    print(f"{'J':>6} {'dtype':>8} {'fwd':>7} {'batched':>9} {'in fwd':>7} {'autograd':>9} {'hand/auto':>9} {'loop':>9} "
+          f"{'loop/batched':>12} {'JAX f64 ref':>11}")
     for num in args.particles:
         for dtype in (torch.float64, torch.float32):
             x, y = x0.to(args.device, dtype), y0.to(args.device)
             fast, fast_opt = build(num, dtype, args.device, True)
+            auto, auto_opt = build(num, dtype, args.device, True, hand_backprop=False)
             row = {"particles": num, "dtype": str(dtype).split(".")[-1]}
             forward = plain_forward([2, 100, 20, 5, 1], "gelu_tanh", "bernoulli", x, y.to(dtype))
             before = median_seconds({"forward": forward}, 200, warmup=10)["forward"]
-            row["batched_ms"] = 1e3 * time_steps(fast, fast_opt, x, y, args.repeats, args.warmup, args.device)
+            steps = median_seconds({"batched": synced(lambda: fast.transition(x, y, fast_opt), args.device),
+                                    "autograd": synced(lambda: auto.transition(x, y, auto_opt), args.device)},
+                                   args.repeats, warmup=args.warmup)
+            row["batched_ms"], row["autograd_ms"] = 1e3 * steps["batched"], 1e3 * steps["autograd"]
+            row["hand_over_autograd"] = row["batched_ms"] / row["autograd_ms"]
             after = median_seconds({"forward": forward}, 200, warmup=10)["forward"]
             row["fwd_ms"] = 1e3 * (before + after) / 2
             row["batched_fwd_equiv"] = row["batched_ms"] / row["fwd_ms"]
@@ -161,7 +180,8 @@ def main(argv=None) -> None:
             ratio = f"{row['loop_over_batched']:12.1f}" if "loop_over_batched" in row else f"{'-':>12}"
             ref = f"{reference:11.1f}" if reference is not None else f"{'-':>11}"
             print(f"{num:6d} {row['dtype']:>8} {row['fwd_ms']:7.3f} {row['batched_ms']:9.2f} "
-                  f"{row['batched_fwd_equiv']:7.1f} {loop} {ratio} {ref}")
+                  f"{row['batched_fwd_equiv']:7.1f} {row['autograd_ms']:9.2f} {row['hand_over_autograd']:9.2f} "
+                  f"{loop} {ratio} {ref}")
             if "jax_f64_ms" in row:
                 print(f"{num:6d} {'jax f64':>8} {'':7} {row['jax_f64_ms']:9.2f} {row['jax_f64_fwd_equiv']:7.1f}"
                       f"   ours/jax {row['over_jax']:.2f}")

@@ -76,6 +76,12 @@ class Likelihood(nn.Module):
         drops), which saves a temporary as large as it where a subclass makes use of that."""
         return self(output, target)
 
+    def output_gradient(self, output: Tensor, target: Tensor) -> Tensor | None:
+        """d log p(y | output) / d output, the shape of ``output``, for a hand-written backward (the
+        Feynman-Kac psi-gradient, :mod:`lit_bayes.models.sequential_backprop`); None where a subclass
+        does not give it (the caller then uses autograd)."""
+        return None
+
     def log_prob_unit_major(self, output: Tensor, target: Tensor, overwrite: bool = False) -> Tensor:
         """``forward`` of outputs stored unit-major, ``(..., k, B)`` (the k outputs of a point B apart, as
         the FNBG incremental caches keep them), returning ``(..., B)``; with ``overwrite``, free to
@@ -204,6 +210,15 @@ class Categorical(Likelihood):
         self._check_logits(points)
         return F.cross_entropy(output, target.long().expand(output.shape[0], -1), reduction="none").neg_()
 
+    def output_gradient(self, output: Tensor, target: Tensor) -> Tensor:
+        """onehot(y) - softmax(output): the gradient of log softmax(output)[y]."""
+        self.check_shapes(output, target)
+        self._check_logits(output)
+        grad = torch.softmax(output, -1).neg_()
+        grad.scatter_add_(-1, target.long().expand(output.shape[:-1]).unsqueeze(-1),
+                          torch.ones((), dtype=grad.dtype, device=grad.device).expand(output.shape[:-1] + (1,)))
+        return grad
+
     def log_prob_units(self, units: Sequence[Tensor], target: Tensor) -> Tensor:
         """``forward`` on the logits given class by class, ``(..., B)`` each: the target's logit
         picked by ``where`` minus the same logsumexp over the units, all elementwise in the points."""
@@ -240,6 +255,12 @@ class Bernoulli(Likelihood):
         f = self._logit(output)
         return target.to(f.dtype) * f - F.softplus(f)
 
+    def output_gradient(self, output: Tensor, target: Tensor) -> Tensor:
+        """y - sigmoid(f): the gradient of y f - softplus(f)."""
+        self.check_shapes(output, target)
+        f = self._logit(output)
+        return (target.to(f.dtype) - torch.sigmoid(f)).unsqueeze(-1)
+
 
 class Gaussian(Likelihood):
     """Gaussian likelihood ``N(y; f(x), sigma^2)`` with a fixed or a learned noise scale.
@@ -274,6 +295,12 @@ class Gaussian(Likelihood):
         self.check_shapes(output, target)
         mean, var = self.mean_and_variance(output)
         return -0.5 * ((target.to(mean.dtype) - mean) ** 2 / var + torch.log(var) + _LOG_2PI)
+
+    def output_gradient(self, output: Tensor, target: Tensor) -> Tensor:
+        """(y - f) / sigma^2, at the module's current noise scale."""
+        self.check_shapes(output, target)
+        mean, var = self.mean_and_variance(output)
+        return ((target.to(mean.dtype) - mean) / var).unsqueeze(-1)
 
 
 class Prior(nn.Module):

@@ -5,7 +5,15 @@ import math
 import numbers
 from collections.abc import Iterable
 
-__all__ = ["check_float", "check_int", "check_interval", "check_optional_int", "check_positive", "check_widths"]
+__all__ = ["check_bool", "check_float", "check_int", "check_interval", "check_optional_int", "check_positive",
+           "check_widths"]
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is ``True`` or ``False``, else raise ``ValueError`` naming ``name``."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
 
 
 def check_int(name: str, value: object, minimum: int) -> int:

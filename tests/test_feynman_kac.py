@@ -1,4 +1,5 @@
 """Partial BNNs and the Feynman-Kac samplers: exact on a linear-Gaussian model, psi's MLE."""
+import itertools
 import math
 
 import lightning as L
@@ -6,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from lit_bayes import OHSMC, SGSMC, Bernoulli, Gaussian
-from lit_bayes.data import LinearRegression
+from lit_bayes import OHSMC, SGSMC, Bernoulli, Categorical, Gaussian
+from lit_bayes.data import LinearRegression, TwoMoons
 from lit_bayes.models import MLP, PartialBNN, PartialMLP
 from lit_bayes.optimizers import DirectFusedAdam, make_optimizer
 
@@ -56,7 +57,7 @@ def test_partial_bnn_fast_path_equals_the_vmap_path_and_runs_the_trunk_once():
     torch.manual_seed(0)
     fast = PartialMLP([3, 6, 5, 2], stochastic_layer=1)
     general = PartialBNN(fast.net, ["2.weight", "2.bias"])
-    general._split = None  # force the generic vmap(functional_call) path
+    general._parts = None  # force the generic vmap(functional_call) path
     phi = {n: torch.randn(7, *p.shape) for n, p in fast.stochastic_parameters().items()}
     x = torch.randn(4, 3)
     calls = []
@@ -81,6 +82,85 @@ def test_partial_bnn_gradient_reaches_psi_only():
     model.particle_forward(phi, torch.randn(6, 2)).sum().backward()
     assert all(p.grad is not None for p in model.deterministic_parameters())
     assert all(p.grad is None for p in model.stochastic_parameters().values())
+
+
+def _models_with_known_layers():
+    """PartialMLPs of every activation the hand-written backward knows, the stochastic layer first, in the
+    middle and last, and a plain Sequential with Sigmoid, Identity and a linear layer without bias."""
+    for activation in ("gelu_tanh", "gelu", "relu", "tanh"):
+        for stochastic_layer in (0, 1, 2):
+            yield lambda out, k=stochastic_layer, a=activation: PartialMLP([3, 6, 5, out], k, activation=a)
+    yield lambda out: PartialBNN(nn.Sequential(nn.Linear(3, 4, bias=False), nn.Sigmoid(), nn.Linear(4, 5),
+                                               nn.Identity(), nn.Linear(5, out)), "2")
+
+
+@pytest.mark.parametrize("make", list(_models_with_known_layers()))
+def test_hand_written_psi_gradient_equals_autograd(make):
+    """The taped forward gives particle_forward's outputs to the bit, and psi_gradients with each
+    likelihood's output_gradient gives autograd's gradient of a weighted log-likelihood in psi."""
+    gen = torch.Generator().manual_seed(0)
+    for likelihood, out, target in [(Bernoulli(), 1, torch.randint(2, (9,), generator=gen)),
+                                    (Categorical(4), 4, torch.randint(4, (9,), generator=gen)),
+                                    (Gaussian(0.7), 1, torch.randn(9, generator=gen, dtype=torch.float64))]:
+        torch.manual_seed(1)
+        model = make(out).double()
+        assert model.hand_backprop
+        phi = {n: torch.randn(7, *p.shape, generator=gen, dtype=torch.float64)
+               for n, p in model.stochastic_parameters().items()}
+        x = torch.randn(9, 3, generator=gen, dtype=torch.float64)
+        weights = torch.rand(7, generator=gen, dtype=torch.float64)
+        outputs = model.particle_forward(phi, x)
+        loss = -(weights[:, None] * likelihood(outputs, target)).sum()
+        expected = torch.autograd.grad(loss, model.deterministic_parameters())
+        taped, tape = model.taped_particle_forward(phi, x)
+        assert torch.equal(taped, outputs.detach())
+        grads = model.psi_gradients(tape, likelihood.output_gradient(taped, target).mul_(-weights[:, None, None]))
+        assert set(grads) == set(model.deterministic_parameters())
+        for p, g in zip(model.deterministic_parameters(), expected):
+            torch.testing.assert_close(grads[p], g, rtol=1e-12, atol=1e-13)
+
+
+def test_hand_written_backward_is_refused_for_unknown_layers():
+    model = PartialBNN(nn.Sequential(nn.Linear(2, 3), nn.Dropout(0.1), nn.Linear(3, 1)), "2")
+    assert not model.hand_backprop and PartialMLP([2, 3, 1], 0).hand_backprop
+    with pytest.raises(ValueError, match="hand_backprop=False"):
+        model.taped_particle_forward({"2.weight": torch.zeros(4, 1, 3), "2.bias": torch.zeros(4, 1)}, torch.zeros(5, 2))
+    sampler = OHSMC(model, Bernoulli(), num_particles=4, num_data=10)
+    assert not sampler.hand_backprop_applies(torch.zeros(5, 2))
+    with pytest.raises(ValueError, match="hand_backprop must be True or False"):
+        OHSMC(PartialMLP([2, 3, 1], 0), Bernoulli(), hand_backprop=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_ohsmc_steps_with_the_hand_written_gradient_equal_autograd_steps(dtype):
+    """Outside a Trainer and inside one: the same particles, weights, evidence and psi after several steps."""
+    data = TwoMoons(batch_size=20, seed=0)
+    data.setup("fit")
+    batches = [(x.to(dtype), y) for x, y in itertools.islice(iter(data.train_dataloader()), 6)]
+    runs = {}
+    for hand in (True, False):
+        torch.manual_seed(0)
+        sampler = OHSMC(PartialMLP([2, 16, 8, 5, 1], 2), Bernoulli(), num_particles=32, num_data=100, seed=0,
+                        hand_backprop=hand).to(dtype)
+        sampler.setup("fit")
+        optimizer = sampler.configure_optimizers()
+        assert sampler.hand_backprop_applies(batches[0][0]) is hand
+        for x, y in batches:
+            sampler.transition(x, y, optimizer)
+        runs[hand] = sampler.state_dict()
+    tolerance = {"rtol": 1e-9, "atol": 1e-11} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
+    for name, value in runs[False].items():
+        torch.testing.assert_close(runs[True][name], value, **tolerance, msg=name)
+    for hand in (True, False):
+        torch.manual_seed(0)
+        sampler = OHSMC(PartialMLP([2, 16, 8, 5, 1], 2), Bernoulli(), num_particles=32, seed=0, hand_backprop=hand)
+        trainer = L.Trainer(max_steps=8, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, limit_val_batches=0)
+        trainer.fit(sampler, datamodule=TwoMoons(batch_size=20, seed=0))
+        assert sampler.hand_backprop_applies(batches[0][0].float()) is hand and trainer.global_step == 8
+        runs[hand] = sampler.state_dict()
+    for name, value in runs[False].items():
+        torch.testing.assert_close(runs[True][name], value, rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_partial_bnn_rejects_bad_arguments():

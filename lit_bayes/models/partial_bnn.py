@@ -13,6 +13,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+from lit_bayes.models.sequential_backprop import (Tape, psi_gradients, stochastic_linear, supports,
+                                                  taped_particle_forward)
 from lit_bayes.validation import check_widths
 
 __all__ = ["PartialBNN", "PartialMLP"]
@@ -62,6 +64,10 @@ class PartialBNN(nn.Module):
         # tuple, so the shared sub-modules are not registered twice
         k = self._sequential_split()
         self._parts = None if k is None else (net[:k], net[k], net[k + 1 :])
+        #: whether :meth:`taped_particle_forward` and :meth:`psi_gradients` apply: a linear stochastic layer
+        #: between linear layers and activations that :mod:`~lit_bayes.models.sequential_backprop` knows
+        self.hand_backprop = (self._parts is not None and isinstance(self._parts[1], nn.Linear)
+                              and supports(self._parts[0]) and supports(self._parts[2]))
 
     def fix_deterministic(self) -> PartialBNN:
         """Hold psi fixed at its current values for the generic samplers: a
@@ -108,19 +114,28 @@ class PartialBNN(nn.Module):
         h = trunk(x)  # once per batch
         local = {n.split(".", 1)[1]: p for n, p in phi.items()}
         num = next(iter(local.values())).shape[0]
-        if isinstance(layer, nn.Linear) and set(local) <= {"weight", "bias"} and h.dim() == 2:
-            # one (B, in) x (in, J * out) product, rows kept point-major: (B, J, out) flattens
-            # to the rows of the layers above without a copy
-            weight = local.get("weight", layer.weight.expand(num, *layer.weight.shape))
-            out = (h @ weight.reshape(-1, weight.shape[-1]).T).reshape(h.shape[0], num, -1)
-            bias = local.get("bias", None if layer.bias is None else layer.bias.expand(num, -1))
-            if bias is not None:
-                out = out + bias
-            top = above(out.flatten(0, 1))
+        if isinstance(layer, nn.Linear) and h.dim() == 2:  # phi holds every parameter of the layer
+            top = above(stochastic_linear(h, local["weight"], local.get("bias")).flatten(0, 1))
             return top.reshape(h.shape[0], num, *top.shape[1:]).transpose(0, 1)
         out = vmap(lambda p: functional_call(layer, dict(p), (h,)), in_dims=(0,))(local)
         top = above(out.flatten(0, 1))  # every row at once
         return top.reshape(num, out.shape[1], *top.shape[1:])
+
+    def taped_particle_forward(self, phi: Mapping[str, Tensor], x: Tensor) -> tuple[Tensor, Tape]:
+        """:meth:`particle_forward` without autograd (the same outputs) and the tape of :meth:`psi_gradients`;
+        needs :attr:`hand_backprop` and inputs ``(B, d)``."""
+        self._check_phi(phi)
+        if not self.hand_backprop or x.dim() != 2:
+            raise ValueError("taped_particle_forward needs a linear stochastic layer of an nn.Sequential between "
+                             "nn.Linear layers and known activations (hand_backprop) and inputs of shape (B, d), "
+                             f"got hand_backprop={self.hand_backprop} and inputs of shape {tuple(x.shape)}")
+        local = {n.split(".", 1)[1]: p for n, p in phi.items()}
+        return taped_particle_forward(self._parts, local["weight"], local.get("bias"), x)
+
+    def psi_gradients(self, tape: Tape, grad_output: Tensor) -> dict[Tensor, Tensor]:
+        """The gradients of psi's parameters (by parameter) for the gradient ``grad_output`` ``(J, B, ...)``
+        of a loss with respect to the outputs of :meth:`taped_particle_forward` (the particles held constant)."""
+        return psi_gradients(tape, grad_output)
 
     def particle_forward_loop(self, phi: Mapping[str, Tensor], x: Tensor) -> Tensor:
         """Reference path of :meth:`particle_forward`: one full forward pass per particle."""

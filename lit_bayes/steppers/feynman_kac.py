@@ -63,8 +63,9 @@ __all__ = ["Cloud", "OHSMCStepper", "SGSMCStepper"]
 
 #: ``log_lik(particles, x, y)``: ``log p(y_b | x_b, phi^j; psi)`` for every particle and point, ``(J, B)``
 LogLikelihood = Callable[[Mapping[str, Tensor], Tensor, Tensor], Tensor]
-#: ``psi_step(loss)``: one optimiser step of psi on the scalar ``loss``
-PsiStep = Callable[[Tensor], None]
+#: ``psi_step(loss, weights)``: one optimiser step of psi on the scalar ``loss``, the psi-loss of the particle
+#: ``weights`` ``(J,)`` (for a caller that computes its gradient by hand)
+PsiStep = Callable[[Tensor, Tensor], None]
 
 
 @dataclass
@@ -147,7 +148,7 @@ class OHSMCStepper(FeynmanKacStepper):
         point_log_lik = log_lik(cloud.particles, x, y)  # (J, M), differentiable in psi
         result = self.reweight(cloud, reduce(self.log_potential(point_log_lik.detach())), generator)  # 2.-3.
         loss = self.psi_loss(point_log_lik, result.gradient_weights)  # 4., before 5. replaces the particles
-        psi_step(loss)
+        psi_step(loss, result.gradient_weights)
         cloud.apply(result)  # 5.
         return result, loss.detach()
 
@@ -180,6 +181,7 @@ class SGSMCStepper(FeynmanKacStepper):
              psi_step: PsiStep) -> tuple[Reweighted, Tensor]:
         """One iteration on the batch ``(x, y)``: the filter, then the psi step on the final cloud."""
         result = self.filter(cloud, x, y, log_lik, generator)
-        loss = self.psi_loss(log_lik(cloud.particles, x, y), cloud.log_weights.exp())
-        psi_step(loss)
+        weights = cloud.log_weights.exp()
+        loss = self.psi_loss(log_lik(cloud.particles, x, y), weights)
+        psi_step(loss, weights)
         return result, loss.detach()
