@@ -27,8 +27,7 @@ network, same dtype), the median of 200 calls timed just before and just after e
 ``ohsmc_step_jax.py``, the same step written in JAX and jitted whole, one-threaded, in a subprocess
 right after each float64 row, and prints it in ms and fwd and ours over it (``ours/jax``). On the 2-core
 AMD EPYC Zen4 with AVX-512 (2026-11-28, jax 0.10.2, three runs, the other core running a long job), float64:
-J = 100, JAX
-0.79-0.82 ms = 17.7-18.2 fwd, ours 0.97-1.00 ms = 21.6-22.6 fwd (ours/jax 1.19-1.25); J = 1,000, JAX
+J = 100, JAX 0.79-0.82 ms = 17.7-18.2 fwd, ours 0.97-1.00 ms = 21.6-22.6 fwd (ours/jax 1.19-1.25); J = 1,000, JAX
 7.3-7.9 ms, ours 3.0-3.4 ms (ours/jax 0.40-0.45). A whole-step jit is ~3.5x faster than the authors'
 step at J = 100 and ~8x at J = 1,000; ours is 2.9x faster than the authors' at J = 100 but ~20 % slower
 than that jit. On the Zen3 EPYC (AVX2; 2026-11-29, no JAX run): J = 100 float64 3.56 ms = 21.4 fwd (fwd 0.166
@@ -44,9 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
-import time
 from pathlib import Path
 
 import torch
@@ -101,18 +98,6 @@ def synced(call, device: str):
     return run
 
 
-def time_steps(sampler, optimizer, x, y, repeats: int, warmup: int, device: str) -> float:
-    times = []
-    for i in range(warmup + repeats):
-        sync(device)
-        start = time.perf_counter()
-        sampler.transition(x, y, optimizer)
-        sync(device)
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def jax_step_ms(python: str, num_particles: int, threads: int) -> float:
     """Median ms of ``ohsmc_step_jax.py``'s step at J = ``num_particles`` under ``python``, ``threads`` threads."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -163,7 +148,8 @@ def main(argv=None) -> None:
                 if not torch.allclose(ll_fast, ll_slow, atol=tol, rtol=tol):
                     raise SystemExit(f"batched and loop log-likelihoods differ for J={num}, {dtype}")
                 repeats = max(3, args.repeats // 10)
-                row["loop_ms"] = 1e3 * time_steps(slow, slow_opt, x, y, repeats, 1, args.device)
+                loop_step = synced(lambda: slow.transition(x, y, slow_opt), args.device)
+                row["loop_ms"] = 1e3 * median_seconds({"loop": loop_step}, repeats, warmup=1)["loop"]
                 row["loop_over_batched"] = row["loop_ms"] / row["batched_ms"]
             reference = JAX_REFERENCE_MS.get(num)
             if reference is not None:

@@ -21,8 +21,8 @@ orientation) and oneDNN (``torch._C._nn.mkldnn_linear``, what ``torch.utils.mkld
 47-51 ms; the MNIST-MLP noisy Gibbs sweep took 2.65-3.05 plain forward-equivalents against 3.39-3.53 with the
 dense products, interleaved in one run (2026-11-29). For small matrices oneDNN's conversions cost more than they
 save (the Exp. A sweep, 2,084 x 50 and 8,000 x 50 inputs: 3-10 % slower), so it is used from
-``ONEDNN_MIN_ELEMENTS`` elements on. The oneDNN copy costs the matrix's size again in memory where the caller keeps the dense matrix too (the
-training inputs); the first layer's projector is kept in oneDNN's layout only.
+``ONEDNN_MIN_ELEMENTS`` elements on. The oneDNN copy costs the matrix's size again in memory where the caller
+keeps the dense matrix too (the training inputs); the first layer's projector is kept in oneDNN's layout only.
 """
 from __future__ import annotations
 
