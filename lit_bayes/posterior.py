@@ -76,11 +76,11 @@ class Likelihood(nn.Module):
         drops), which saves a temporary as large as it where a subclass makes use of that."""
         return self(output, target)
 
-    def output_gradient(self, output: Tensor, target: Tensor) -> Tensor | None:
+    def output_gradient(self, output: Tensor, target: Tensor) -> Tensor:
         """d log p(y | output) / d output, the shape of ``output``, for a hand-written backward (the
-        Feynman-Kac psi-gradient, :mod:`lit_bayes.models.sequential_backprop`); None where a subclass
-        does not give it (the caller then uses autograd)."""
-        return None
+        Feynman-Kac psi-gradient, :mod:`lit_bayes.models.sequential_backprop`). A subclass that gives it
+        overrides this; callers use autograd for the others (``FeynmanKacSampler.hand_backprop_applies``)."""
+        raise NotImplementedError(f"{type(self).__name__} gives no output_gradient: use autograd")
 
     def log_prob_unit_major(self, output: Tensor, target: Tensor, overwrite: bool = False) -> Tensor:
         """``forward`` of outputs stored unit-major, ``(..., k, B)`` (the k outputs of a point B apart, as
