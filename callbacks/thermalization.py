@@ -34,7 +34,7 @@ from torch import Tensor
 from lit_bayes.data.teacher_student import check_student, teacher_of
 from lit_bayes.diagnostics import split_rhat
 from lit_bayes.noisy_energy import JointDensity
-from lit_bayes.validation import check_int, check_interval
+from lit_bayes.validation import check_bool, check_int, check_interval
 
 __all__ = ["RHAT_COLUMNS", "RHAT_PERCENTILES", "RHAT_SETS", "ThermalizationCheck", "merge_band", "merge_indices",
            "rhat_columns", "settled_index", "trailing_mean"]
@@ -226,9 +226,7 @@ class ThermalizationCheck(Callback):
         self.rhat_threshold = check_interval("rhat_threshold", rhat_threshold, 1.0)
         self.every_n_seconds = None if every_n_seconds is None else check_interval("every_n_seconds",
                                                                                    every_n_seconds, 0.0)
-        if not isinstance(summary_records, bool):
-            raise ValueError(f"summary_records must be True or False, got {summary_records!r}")
-        self.summary_records = summary_records
+        self.summary_records = check_bool("summary_records", summary_records)
         self._start: float | None = None  # perf_counter at the start of training, less the time already recorded
         self._times: list[float] = []  # seconds since the start of training, one per record
         self._steps: list[int] = []

@@ -15,7 +15,7 @@ import torchvision
 from torch import Tensor
 
 from .base import BayesDataModule, check_choice
-from lit_bayes.validation import check_float, check_int
+from lit_bayes.validation import check_bool, check_float, check_int
 
 __all__ = ["TorchvisionImages"]
 
@@ -123,9 +123,8 @@ class TorchvisionImages(BayesDataModule):
         check_choice("name", name, tuple(DATASETS))
         check_choice("standardize", standardize, ("per_channel", "global", "none"))
         check_choice("stats_from", stats_from, ("train", "own"))
-        for argument, flag in (("download", download), ("flatten", flatten)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{argument} must be True or False, got {flag!r}")
+        check_bool("download", download)
+        check_bool("flatten", flatten)
         for argument, transform in (("train_transform", train_transform), ("test_transform", test_transform)):
             if transform is not None and not callable(transform):
                 raise ValueError(f"{argument} must be a callable on (C, H, W) tensors or None, got {transform!r}")

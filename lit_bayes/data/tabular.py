@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .base import BayesDataModule, Task, check_choice
-from lit_bayes.validation import check_float, check_int
+from lit_bayes.validation import check_bool, check_float, check_int
 
 __all__ = ["TabularCSV"]
 
@@ -85,8 +85,7 @@ class TabularCSV(BayesDataModule):
         check_choice("task", task, ("classification", "regression"))
         if not isinstance(delimiter, str) or len(delimiter) != 1:
             raise ValueError(f"delimiter must be a single character, got {delimiter!r}")
-        if not isinstance(standardize, bool):
-            raise ValueError(f"standardize must be True or False, got {standardize!r}")
+        check_bool("standardize", standardize)
         if split_column is None:
             self.splits = _check_splits(splits)
         path = Path(path)

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from .base import BayesDataModule
 from lit_bayes.models.noisy_mlp import NoisyMLP
-from lit_bayes.validation import check_int
+from lit_bayes.validation import check_bool, check_int
 
 __all__ = ["TeacherStudent", "check_student", "teacher_of"]
 
@@ -113,9 +113,7 @@ class TeacherStudent(BayesDataModule):
         )
         self.sizes = (check_int("num_train", num_train, 1), check_int("num_val", num_val, 0),
                       check_int("num_test", num_test, 0))
-        if not isinstance(noiseless_labels, bool):
-            raise ValueError(f"noiseless_labels must be True or False, got {noiseless_labels!r}")
-        self.noiseless_labels = noiseless_labels
+        self.noiseless_labels = check_bool("noiseless_labels", noiseless_labels)
         self.teacher = teacher.requires_grad_(False)
         self.train_latents: dict[str, Tensor] | None = None
 

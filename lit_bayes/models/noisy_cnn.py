@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from lit_bayes.models.noisy_mlp import ACTIVATIONS, OUTPUTS, MultinomialProbit, _per_layer
 from lit_bayes.posterior import Gaussian, GaussianPrior, Likelihood
+from lit_bayes.validation import check_bool
 
 __all__ = ["LayerSpec", "NoisyCNN", "parse_layer"]
 
@@ -127,8 +128,7 @@ class NoisyCNN(nn.Module):
                              f"got {layers!r}")
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
-        if not isinstance(bias, bool):
-            raise ValueError(f"bias must be True or False, got {bias!r}")
+        check_bool("bias", bias)
         specs = [parse_layer(text) for text in layers]
         shapes, modules, fan_in = [shape], [], []
         for index, (text, spec) in enumerate(zip(layers, specs)):

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch.special import log_ndtr
 
 from lit_bayes.posterior import Categorical, Gaussian, GaussianPrior, Likelihood
-from lit_bayes.validation import check_positive, check_widths
+from lit_bayes.validation import check_bool, check_positive, check_widths
 
 __all__ = ["ACTIVATIONS", "MultinomialProbit", "NoisyMLP"]
 
@@ -142,8 +142,7 @@ class NoisyMLP(nn.Module):
             raise ValueError(f"widths must end in 1 for output='regression' (one target per point), got {widths!r}")
         if output == "probit" and widths[-1] < 2:
             raise ValueError(f"widths must end in >= 2 classes for output='probit', got {widths!r}")
-        if not isinstance(bias, bool):
-            raise ValueError(f"bias must be True or False, got {bias!r}")
+        check_bool("bias", bias)
         depth = len(widths) - 1
         self.widths = widths
         self.activation = activation

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from lit_bayes.models.partial_bnn import PartialBNN
-from lit_bayes.validation import check_int
+from lit_bayes.validation import check_bool, check_int
 
 __all__ = ["PartialConvNet"]
 
@@ -70,8 +70,7 @@ class PartialConvNet(PartialBNN):
             raise ValueError(f"input_shape must have height and width >= 4 (two 2x2 poolings), got {input_shape!r}")
         check_int("num_classes", num_classes, 2)
         check_int("max_images", max_images, 1)
-        if not isinstance(recompute, bool):
-            raise ValueError(f"recompute must be True or False, got {recompute!r}")
+        check_bool("recompute", recompute)
         if init not in ("lecun_normal", "torch"):
             raise ValueError(f"init must be 'lecun_normal' or 'torch', got {init!r}")
         channels, height, width = shape

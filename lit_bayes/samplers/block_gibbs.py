@@ -22,6 +22,7 @@ from lit_bayes.linear_stack import LinearStack, linear_stack
 from lit_bayes.posterior import FlatPrior, Likelihood, Prior
 from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.steppers.block_metropolis import BlockMetropolis
+from lit_bayes.validation import check_bool
 
 __all__ = ["BlockGibbs"]
 
@@ -114,8 +115,7 @@ class BlockGibbs(SamplerModule):
                 f"likelihood {type(likelihood).__name__} has parameters; BlockGibbs samples the network only "
                 "(fix them, e.g. Gaussian(learn_noise=False))"
             )
-        if not isinstance(adapt, bool):
-            raise ValueError(f"adapt must be True or False, got {adapt!r}")
+        check_bool("adapt", adapt)
         shapes = {name: tuple(p.shape) for name, p in self.template_parameters().items()}
         self.partition = self._partition(blocks, shapes, beta, max_block_size, subblock_size)
         if isinstance(blocks, Partition):  # hyper-parameters stay plain values (weights_only checkpoints)
