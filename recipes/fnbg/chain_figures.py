@@ -1,0 +1,146 @@
+"""FNBG Figs. 5 and 8 (spec fnbg.md §4, E4 and E10) from a finished MNIST chain of tables.py.
+
+    python recipes/fnbg/chain_figures.py runs/fnbg/mnist/3000/version_0    # writes fig5/fig8 .png and .json there
+
+Fig. 5, trace plots: the paper's coordinates theta_1005 (hidden layer 1), theta_7872 (2), theta_8008 (3)
+and theta_8107 (output), indices into the flat parameter vector in ``nn.Linear`` order (each layer's
+weight row-major, then its bias), read here as 0-based; printed over the run's kept draws (the last
+10,000 sweeps of a Table 2 cell): mean, standard deviation, range and bulk ESS. The paper's claims: the
+chain's scale shrinks with depth, and no trace is trapped in a local mode.
+
+Fig. 8, predictive uncertainty on test images: the posterior predictive (Eq. 3.6 over the kept draws)
+of the run's test set. Printed: for every digit, the median predictive probability of the true class
+among its correctly classified images (the paper: a "0" at 0.98, a "7" at 0.97), and the correctly
+classified images with the lowest top probability, with their two most probable classes (the paper:
+an ambiguous "9" at p(9) = 0.35, p(4) = 0.28). The paper used its B = 3000 chain; any MNIST run of
+tables.py reads the same way.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from common import kept_draws
+
+from lit_bayes.diagnostics import ess_bulk
+from lit_bayes.run_loading import RunPosterior
+
+COORDINATES = (1005, 7872, 8008, 8107)  # the paper's Fig. 5 (spec E4)
+
+
+def flat_draws(run: RunPosterior) -> torch.Tensor:
+    """The kept draws as ``(S, P)`` flat parameter vectors, in the network's ``nn.Linear`` order."""
+    names = list(run.module.template_parameters())
+    return torch.cat([run.samples[name].reshape(run.num_draws, -1) for name in names], dim=1)
+
+
+def layer_of(index: int, run: RunPosterior) -> str:
+    """The parameter tensor holding flat coordinate ``index``."""
+    start = 0
+    for name, p in run.module.template_parameters().items():
+        if index < start + p.numel():
+            return name
+        start += p.numel()
+    raise ValueError(f"coordinate {index} is beyond the network's {start} parameters")
+
+
+def trace_summaries(draws: torch.Tensor, coordinates=COORDINATES) -> list[dict]:
+    """Mean, standard deviation, range and bulk ESS of each coordinate's trace ``draws[:, i]``."""
+    rows = []
+    for index in coordinates:
+        trace = draws[:, index].double()
+        rows.append({"index": index, "mean": float(trace.mean()), "std": float(trace.std()),
+                     "min": float(trace.min()), "max": float(trace.max()), "ess_bulk": float(ess_bulk(trace[None]))})
+    return rows
+
+
+def class_confidence(probs: torch.Tensor, labels: torch.Tensor) -> dict[int, float]:
+    """For every class, the median predictive probability of the true class over its correctly
+    classified points (classes with none left out)."""
+    correct = probs.argmax(-1) == labels
+    true_prob = probs.gather(-1, labels[:, None]).squeeze(-1)
+    return {c: float(true_prob[correct & (labels == c)].median()) for c in range(probs.shape[-1])
+            if bool((correct & (labels == c)).any())}
+
+
+def most_ambiguous(probs: torch.Tensor, labels: torch.Tensor, count: int) -> list[dict]:
+    """The ``count`` correctly classified points with the lowest top probability, each with its two
+    most probable classes."""
+    top = probs.topk(2, dim=-1)
+    correct = (top.indices[:, 0] == labels).nonzero().squeeze(-1)
+    order = correct[top.values[correct, 0].argsort()[:count]]
+    return [{"index": int(i), "label": int(labels[i]), "classes": top.indices[i].tolist(),
+             "probs": top.values[i].tolist()} for i in order]
+
+
+def plot_traces(draws: torch.Tensor, rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(len(rows), 1, figsize=(7, 1.6 * len(rows)), sharex=True)
+    for axis, row in zip(axes, rows):
+        axis.plot(draws[:, row["index"]].numpy(), linewidth=0.5)
+        axis.set_ylabel(f"theta_{row['index']}")
+    axes[-1].set_xlabel("kept draw")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def plot_images(images: torch.Tensor, picked: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(picked), figsize=(1.8 * len(picked), 2.2), squeeze=False)
+    for axis, item in zip(axes[0], picked):
+        axis.imshow(images[item["index"]].reshape(28, 28).numpy(), cmap="gray")
+        (a, b), (pa, pb) = item["classes"], item["probs"]
+        axis.set_title(f"p({a})={pa:.2f}\np({b})={pb:.2f}", fontsize=8)
+        axis.axis("off")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path, help="a finished MNIST run of tables.py (<out>/mnist/<B>/version_<n>)")
+    parser.add_argument("--ambiguous", type=int, default=5, help="correctly classified images to list, least sure first")
+    args = parser.parse_args(argv)
+    run = kept_draws(args.run_dir)
+    draws = flat_draws(run)
+    traces = trace_summaries(draws)
+    print(f"Fig. 5: the paper's coordinates over the run's {run.num_draws} kept draws")
+    print(f"{'theta':>6} {'tensor':>22} {'mean':>8} {'std':>8} {'min':>8} {'max':>8} {'ESS bulk':>9}")
+    for row in traces:
+        row["tensor"] = layer_of(row["index"], run)
+        print(f"{row['index']:>6} {row['tensor']:>22} {row['mean']:>8.3f} {row['std']:>8.3f} {row['min']:>8.3f} "
+              f"{row['max']:>8.3f} {row['ess_bulk']:>9.1f}")
+    data = run.datamodule()
+    data.setup("test")
+    batches = list(data.test_dataloader())
+    images, labels = torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches])
+    probs = run.predict_test(data).probs
+    confidence = class_confidence(probs, labels)
+    ambiguous = most_ambiguous(probs, labels, args.ambiguous)
+    print("\nFig. 8: median predictive probability of the true class, correctly classified test images")
+    print("  " + "  ".join(f"{c}: {p:.3f}" for c, p in confidence.items()))
+    print("least sure correctly classified test images (index: label, two most probable classes)")
+    for item in ambiguous:
+        (a, b), (pa, pb) = item["classes"], item["probs"]
+        print(f"  {item['index']:>5}: {item['label']}, p({a}) = {pa:.3f}, p({b}) = {pb:.3f}")
+    plot_traces(draws, traces, args.run_dir / "fig5.png")
+    plot_images(images, ambiguous, args.run_dir / "fig8.png")
+    result = {"draws": run.num_draws, "traces": traces, "class_confidence": confidence, "ambiguous": ambiguous}
+    (args.run_dir / "chain_figures.json").write_text(json.dumps(result, indent=1))
+    print(f"wrote fig5.png, fig8.png and chain_figures.json in {args.run_dir}")
+
+
+if __name__ == "__main__":
+    main()
