@@ -23,7 +23,9 @@ from pathlib import Path
 
 import torch
 from common import kept_draws
+from matplotlib.figure import Figure
 
+from lit_bayes.callbacks.plots import trace_plot
 from lit_bayes.diagnostics import ess_bulk
 from lit_bayes.run_loading import RunPosterior
 
@@ -75,37 +77,15 @@ def most_ambiguous(probs: torch.Tensor, labels: torch.Tensor, count: int) -> lis
              "probs": top.values[i].tolist()} for i in order]
 
 
-def plot_traces(draws: torch.Tensor, rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(len(rows), 1, figsize=(7, 1.6 * len(rows)), sharex=True)
-    for axis, row in zip(axes, rows):
-        axis.plot(draws[:, row["index"]].numpy(), linewidth=0.5)
-        axis.set_ylabel(f"theta_{row['index']}")
-    axes[-1].set_xlabel("kept draw")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-
-
 def plot_images(images: torch.Tensor, picked: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(1, len(picked), figsize=(1.8 * len(picked), 2.2), squeeze=False)
-    for axis, item in zip(axes[0], picked):
+    """The ``picked`` test images, each titled with its two most probable classes (Fig. 8)."""
+    figure = Figure(figsize=(1.8 * len(picked), 2.2), layout="constrained")
+    for axis, item in zip(figure.subplots(1, len(picked), squeeze=False)[0], picked):
         axis.imshow(images[item["index"]].reshape(28, 28).numpy(), cmap="gray")
         (a, b), (pa, pb) = item["classes"], item["probs"]
         axis.set_title(f"p({a})={pa:.2f}\np({b})={pb:.2f}", fontsize=8)
         axis.axis("off")
-    figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 def main(argv=None) -> None:
@@ -113,6 +93,8 @@ def main(argv=None) -> None:
     parser.add_argument("run_dir", type=Path, help="a finished MNIST run of tables.py (<out>/mnist/<B>/version_<n>)")
     parser.add_argument("--ambiguous", type=int, default=5, help="correctly classified images to list, least sure first")
     args = parser.parse_args(argv)
+    if args.ambiguous < 1:
+        parser.error("--ambiguous must be positive")
     run = kept_draws(args.run_dir)
     draws = flat_draws(run)
     traces = trace_summaries(draws)
@@ -135,11 +117,12 @@ def main(argv=None) -> None:
     for item in ambiguous:
         (a, b), (pa, pb) = item["classes"], item["probs"]
         print(f"  {item['index']:>5}: {item['label']}, p({a}) = {pa:.3f}, p({b}) = {pb:.3f}")
-    plot_traces(draws, traces, args.run_dir / "fig5.png")
-    plot_images(images, ambiguous, args.run_dir / "fig8.png")
+    trace_plot({f"theta_{i}": draws[None, :, i] for i in COORDINATES}).savefig(args.run_dir / "fig5.png", dpi=120)
+    if ambiguous:  # none when the run classified no test image correctly
+        plot_images(images, ambiguous, args.run_dir / "fig8.png")
     result = {"draws": run.num_draws, "traces": traces, "class_confidence": confidence, "ambiguous": ambiguous}
     (args.run_dir / "chain_figures.json").write_text(json.dumps(result, indent=1))
-    print(f"wrote fig5.png, fig8.png and chain_figures.json in {args.run_dir}")
+    print(f"wrote fig5.png, fig8.png (with a correct image) and chain_figures.json in {args.run_dir}")
 
 
 if __name__ == "__main__":

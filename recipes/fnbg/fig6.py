@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from matplotlib.figure import Figure
 
 from lit_bayes.data import TorchvisionImages
 from lit_bayes.models import MLP
@@ -52,21 +53,15 @@ def batch_values(model: MLP, x: torch.Tensor, y: torch.Tensor, batch: int, repea
 
 
 def plot(rows: list[dict], full: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6, 3.5))
+    """Every batch's value against B, the full-data value as a gray line (Fig. 6)."""
+    figure = Figure(figsize=(6, 3.5), layout="constrained")
+    axes = figure.subplots()
     for row in rows:
         axes.scatter([row["batch"]] * len(row["values"]), row["values"], s=8, color="tab:blue")
     axes.axhline(full, color="gray", label="full training set")
-    axes.set_xlabel("batch size B")
-    axes.set_ylabel("log-likelihood / B")
+    axes.set(xlabel="batch size B", ylabel="log-likelihood / B")
     axes.legend()
-    figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 def main(argv=None) -> None:
