@@ -237,10 +237,10 @@ class ChainDiagnostics(Callback):
 
     # ---------------------------------------------------------------- report
     def summary_metrics(self) -> dict[str, float]:
-        """``summarize`` of the traces with >= 4 finite draws and >= 2 chains, keys prefixed ``diag/``
-        (empty when no trace qualifies), with ``diag/fs_rhat_max`` and ``diag/fs_ess_bulk_min``
-        over the function-space traces; with several processes, over the chains of all of
-        them (gathered at the end of fit). Particle samplers get their particle summary."""
+        """``summarize`` of the traces with >= 4 finite draws per chain (one chain: >= 8, for the split R-hat
+        of its halves), keys prefixed ``diag/`` (empty when no trace qualifies), with ``diag/fs_rhat_max`` and
+        ``diag/fs_ess_bulk_min`` over the function-space traces; with several processes, over the chains of
+        all of them (gathered at the end of fit). Particle samplers get their particle summary."""
         traces = self.global_traces()
         if "particle_ess" in traces:
             return self._particle_summary(traces)
@@ -262,7 +262,7 @@ class ChainDiagnostics(Callback):
         usable = {
             name: trace
             for name, trace in traces.items()
-            if trace.shape[0] >= 2 and trace.shape[1] >= MIN_DRAWS and torch.isfinite(trace).all()
+            if trace.shape[1] >= (MIN_DRAWS if trace.shape[0] > 1 else 2 * MIN_DRAWS) and torch.isfinite(trace).all()
             and bool((trace.std(dim=1) > 0).all())  # a chain that never moved has no IAT or R-hat
         }
         if not usable:

@@ -1,8 +1,9 @@
-"""Convergence diagnostics for traces of several chains.
+"""Convergence diagnostics for traces of one or several chains.
 
 A trace is an array of shape ``(chains, draws)`` (one scalar quantity) or
 ``(chains, draws, k)`` (k quantities), given as a torch tensor or a numpy array.
 Diagnostics of a 2-D trace are floats, those of a 3-D trace numpy arrays of shape ``(k,)``.
+The R-hat of a single chain compares its two halves (its stationarity, not agreement between chains).
 
 R-hat and ESS are the rank-normalised diagnostics of Vehtari, Gelman, Simpson, Carpenter
 and Bürkner (2021), "Rank-normalization, folding, and localization: an improved R-hat for
@@ -41,7 +42,7 @@ SOKAL_WINDOW_C = 5.0
 TAIL_PROB = 0.05
 
 
-def _as_array(trace: Trace, name: str = "trace", min_chains: int = 1) -> np.ndarray:
+def _as_array(trace: Trace, name: str = "trace") -> np.ndarray:
     """Validate a trace and return it as a float64 numpy array of shape (chains, draws[, k])."""
     array = trace.detach().cpu().numpy() if isinstance(trace, Tensor) else np.asarray(trace)
     if array.ndim not in (2, 3):
@@ -50,8 +51,8 @@ def _as_array(trace: Trace, name: str = "trace", min_chains: int = 1) -> np.ndar
             f"got {array.ndim} dimension(s) with shape {tuple(array.shape)}"
         )
     chains, draws = array.shape[:2]
-    if chains < min_chains:
-        raise ValueError(f"{name} needs at least {min_chains} chains, got {chains}")
+    if chains < 1:
+        raise ValueError(f"{name} needs at least one chain, got 0")
     if draws < MIN_DRAWS:
         raise ValueError(f"{name} needs at least {MIN_DRAWS} draws per chain, got {draws}")
     array = array.astype(np.float64)
@@ -74,10 +75,23 @@ def split_rhat(trace: Trace) -> Result:
     potential scale reduction sqrt(((n - 1)/n · W + B/n) / W) is computed from the
     within-chain (W) and between-chain (B) variances of z. The reported value is the
     maximum of that "bulk" R-hat and the same quantity for the folded draws |θ - median θ|
-    (the "tail" R-hat). Needs at least 2 chains; values below 1.01 indicate mixing.
+    (the "tail" R-hat). Values below 1.01 indicate mixing. A single chain (at least 8 draws) is
+    taken as two, its first and second half, so that its four quarters are compared: a chain still
+    drifting has an R-hat well above 1, though one chain cannot show that it is in the only mode.
     """
-    array = _as_array(trace, min_chains=2)
+    array = _as_array(trace)
+    if array.shape[0] == 1:
+        array = _halves_as_chains(array)
     return _result(array_stats.rhat(array, chain_axis=0, draw_axis=1, method="rank"))
+
+
+def _halves_as_chains(array: np.ndarray, name: str = "trace") -> np.ndarray:
+    """One chain's first and second half as two chains (an odd last draw left out)."""
+    half = array.shape[1] // 2
+    if half < MIN_DRAWS:
+        raise ValueError(f"{name} of one chain needs at least {2 * MIN_DRAWS} draws for its split R-hat, "
+                         f"got {array.shape[1]}")
+    return np.concatenate([array[:, :half], array[:, half:2 * half]])
 
 
 def ess_bulk(trace: Trace) -> Result:
@@ -180,7 +194,9 @@ def summarize(traces: Mapping[str, Trace]) -> dict[str, float]:
     }
     summary: dict[str, float] = {}
     for name, trace in traces.items():
-        array = _as_array(trace, name=f"traces[{name!r}]", min_chains=2)
+        array = _as_array(trace, name=f"traces[{name!r}]")
+        if array.shape[0] == 1:
+            _halves_as_chains(array, f"traces[{name!r}]")  # one chain too short for its split R-hat: the error now
         columns = [name] if array.ndim == 2 else [f"{name}_{i}" for i in range(array.shape[2])]
         for key, diagnostic in diagnostics.items():
             values = np.atleast_1d(diagnostic(array))

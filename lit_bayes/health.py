@@ -13,7 +13,8 @@ advice that fixes it. The checks:
   chain diagnostics' ``every_n_steps`` longer than the run allowed): the chains' agreement was never measured.
 - ``rhat`` (warning above ``rhat_warn``, failed above ``rhat_fail``): the rank-normalised split
   R-hat of Vehtari et al. (2021) on the function-space traces (each chain's held-out log
-  predictive density and that of a few fixed points); 1.01 is their recommended threshold.
+  predictive density and that of a few fixed points); 1.01 is their recommended threshold. With
+  one chain, the R-hat of its two halves: a chain still drifting fails it.
 - ``low_ess`` (warning): their bulk ESS below ``min_ess`` (Vehtari et al. suggest 100).
 - ``trend`` (warning): the held-out log predictive density still moves between the first and
   second half of the kept draws: a t-test of the per-chain half-differences across chains,
@@ -216,10 +217,14 @@ def _chain_reasons(record: RunRecord, limits: HealthThresholds) -> list[Reason]:
         if rhats[worst] > limits.rhat_warn:
             severity = "failed" if rhats[worst] > limits.rhat_fail else "warning"
             line = limits.rhat_fail if severity == "failed" else limits.rhat_warn
+            if record.chains == 1:
+                seen = (f"split R-hat {rhats[worst]:.3f} of the chain's two halves on {worst} (above {line:g}): "
+                        "the one chain is not stationary, its halves disagree about the predictive")
+            else:
+                seen = (f"function-space R-hat {rhats[worst]:.3f} on {worst} (above {line:g}): the chains "
+                        "disagree about the predictive")
             reasons.append(Reason(
-                "rhat", severity,
-                f"function-space R-hat {rhats[worst]:.3f} on {worst} (above {line:g}): the chains "
-                "disagree about the predictive",
+                "rhat", severity, seen,
                 "run longer with a longer burn-in; if chains sit in separate modes, more steps alone may not help",
             ))
         ess = {n: record.diagnostics[f"ess_bulk/{n}"] for n in rhats if f"ess_bulk/{n}" in record.diagnostics}

@@ -142,9 +142,16 @@ def test_a_trace_buffer_holds_8_bytes_a_value_and_saves_only_its_draws():
     assert resumed.traces()["energy"].shape == (4, 3001) and torch.equal(resumed.traces()["energy"][:, :3000], saved)
 
 
-def test_a_single_chain_reports_no_diagnostics():
-    diagnostics = ChainDiagnostics()
-    diagnostics.load_state_dict({"traces": {"energy": torch.randn(1, 50)}, "sample_steps": torch.tensor(50)})
+def test_a_single_chain_reports_the_split_rhat_of_its_halves():
+    """A stationary chain near 1, a drifting one far above; fewer than 8 draws report nothing."""
+    generator = torch.Generator().manual_seed(0)
+    for trace, stationary in ((torch.randn(1, 400, generator=generator), True),
+                              (torch.randn(1, 400, generator=generator).cumsum(1), False)):
+        diagnostics = ChainDiagnostics()
+        diagnostics.load_state_dict({"traces": {"energy": trace}, "sample_steps": torch.tensor(400)})
+        rhat = diagnostics.summary_metrics()["diag/rhat/energy"]
+        assert rhat < 1.05 if stationary else rhat > 1.2
+    diagnostics.load_state_dict({"traces": {"energy": torch.randn(1, 7)}, "sample_steps": torch.tensor(7)})
     assert diagnostics.summary_metrics() == {}
 
 

@@ -32,6 +32,15 @@ def test_rhat_near_one_for_iid_chains():
     assert 0.99 < split_rhat(iid(0)) < 1.01
 
 
+def test_single_chain_rhat_compares_its_halves():
+    """One chain is split into its first and second half (an odd last draw left out): near 1 for iid
+    draws, far above 1 for a random walk that drifts."""
+    chain = iid(3, chains=1, draws=5001)
+    assert split_rhat(chain) == split_rhat(np.stack([chain[0, :2500], chain[0, 2500:5000]]))
+    assert 0.99 < split_rhat(chain) < 1.01
+    assert split_rhat(np.cumsum(iid(4, chains=1, draws=5000), axis=1)) > 1.2
+
+
 def test_rhat_near_one_for_stationary_ar1_chains():
     assert 0.99 < split_rhat(ar1(1, phi=0.9, chains=4, draws=20000)) < 1.01
 
@@ -99,7 +108,7 @@ def test_summarize_reports_every_column_and_the_extremes():
 @pytest.mark.parametrize(
     ("function", "trace", "message"),
     [
-        (split_rhat, np.zeros((1, 100)), r"trace needs at least 2 chains, got 1"),
+        (split_rhat, np.zeros((1, 7)), r"trace of one chain needs at least 8 draws for its split R-hat, got 7"),
         (ess_bulk, np.zeros((2, 3)), r"trace needs at least 4 draws per chain, got 3"),
         (ess_tail, np.zeros(100), r"trace must have shape \(chains, draws\) .* got 1 dimension"),
         (integrated_autocorrelation_time, np.zeros((2, 10, 1, 1)), r"got 4 dimension\(s\)"),
@@ -115,8 +124,8 @@ def test_invalid_traces_raise(function, trace, message):
 def test_summarize_errors_name_the_trace():
     with pytest.raises(ValueError, match=r"traces is empty"):
         summarize({})
-    with pytest.raises(ValueError, match=r"traces\['loglik'\] needs at least 2 chains, got 1"):
-        summarize({"loglik": iid(0, chains=1, draws=100)})
+    with pytest.raises(ValueError, match=r"traces\['loglik'\] of one chain needs at least 8 draws"):
+        summarize({"loglik": iid(0, chains=1, draws=7)})
     with pytest.raises(ValueError, match=r"traces\['proj'\] contains NaN or inf"):
         summarize({"loglik": iid(0), "proj": np.full((2, 10, 3), np.nan)})
 

@@ -61,6 +61,19 @@ def test_too_few_draws_and_a_single_chain_warn():
     assert health.verdict == "warning" and codes(health) == ["too_few_draws", "single_chain"]
 
 
+def test_a_single_drifting_chain_fails_on_the_rhat_of_its_halves():
+    """One chain cannot be compared with others (single_chain), but its own halves can: a chain still
+    drifting fails, a stationary one keeps only the single_chain warning."""
+    generator = torch.Generator().manual_seed(11)
+    energy = stationary(generator, chains=1)
+    drifting = stationary(generator, chains=1, rho=0.999).cumsum(1)
+    health = assess(record(drifting, energy))
+    assert health.verdict == "failed" and codes(health) == ["single_chain", "rhat", "low_ess"]
+    assert "the one chain is not stationary" in health.reasons[1].message
+    steady = assess(record(stationary(generator, chains=1), energy))
+    assert steady.verdict == "warning" and codes(steady) == ["single_chain"]
+
+
 def test_chains_whose_agreement_was_never_measured_warn_and_say_why():
     """Draws kept from several chains, but the chain diagnostics recorded too few points for an R-hat (as an
     exp_b HMC run of 123 steps with diagnostics every 100 steps did), or nothing in function space."""
