@@ -196,7 +196,7 @@ def summarize(traces: Mapping[str, Trace]) -> dict[str, float]:
     for name, trace in traces.items():
         array = _as_array(trace, name=f"traces[{name!r}]")
         if array.shape[0] == 1:
-            _halves_as_chains(array, f"traces[{name!r}]")  # one chain too short for its split R-hat: the error now
+            _halves_as_chains(array, f"traces[{name!r}]")  # too short for a split R-hat: the error names the trace
         columns = [name] if array.ndim == 2 else [f"{name}_{i}" for i in range(array.shape[2])]
         for key, diagnostic in diagnostics.items():
             values = np.atleast_1d(diagnostic(array))
