@@ -65,7 +65,8 @@ def last_draws_accuracy(run_dir: Path, last: int = SCORED_DRAWS) -> float:
 def show_verdicts(cells: list[dict], name) -> None:
     """Print the cells' health verdicts (``name(cell)`` names a cell) under their table."""
     print(*verdict_lines({name(c): c["verdict"] for c in cells}, "its accuracy is that of a chain not shown to have "
-                         "converged (one chain cannot show it: run the cell again with another seed to compare)"),
+                         "converged (one chain is at best a warning; failed is most often the R-hat of its two "
+                         "halves: the chain is not stationary. Run it longer, or again with another seed to compare)"),
           sep="\n")
 
 
