@@ -26,8 +26,8 @@ cold (a fresh ``TORCHINDUCTOR_CACHE_DIR``): one chain 78.1 s in this benchmark's
 it ~19 s inductor's C++ code generation, ~10 s the C++ compiler, ~10 s lowering, ~8 s Dynamo's tracing); the
 dynamic graph of 8 chains 159.3 s; 32 chains after it 30.0 s (the same graph, traced again and loaded from the
 cache); the 810-block rows compiled one chain again (79.4 s) and reused the dynamic graph at 8 and 32 chains
-(31.2, 28.7 s). A second process with the same cache took 11.8 s at one chain (71.2 s the first, in turn with
-it). Issue 26's 60 s is not met, and a second chain count re-traces for ~30 s. In that run, 130
+(31.2, 28.7 s). A second process with the same cache took 11.8 s at one chain (71.2 s the first; these two with
+the other core busy). Issue 26's 60 s is not met, and a second chain count re-traces for ~30 s. In that run, 130
 blocks, one chain: incremental 28.3 fwd, fused 23.3 (fwd 3.6-5.0 ms); 32 chains: 12.0 and 6.8 per chain.
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
 ``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
