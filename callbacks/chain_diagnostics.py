@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 
-from lit_bayes.diagnostics import MIN_DRAWS, projection_directions, summarize
+from lit_bayes.diagnostics import min_draws, projection_directions, summarize
 from lit_bayes.validation import check_int
 
 __all__ = ["ChainDiagnostics"]
@@ -262,7 +262,7 @@ class ChainDiagnostics(Callback):
         usable = {
             name: trace
             for name, trace in traces.items()
-            if trace.shape[1] >= (MIN_DRAWS if trace.shape[0] > 1 else 2 * MIN_DRAWS) and torch.isfinite(trace).all()
+            if trace.shape[1] >= min_draws(trace.shape[0]) and torch.isfinite(trace).all()
             and bool((trace.std(dim=1) > 0).all())  # a chain that never moved has no IAT or R-hat
         }
         if not usable:

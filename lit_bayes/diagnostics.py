@@ -28,6 +28,7 @@ __all__ = [
     "ess_bulk",
     "ess_tail",
     "integrated_autocorrelation_time",
+    "min_draws",
     "projection_directions",
     "random_projections",
     "split_rhat",
@@ -40,6 +41,19 @@ Result = float | np.ndarray
 MIN_DRAWS = 4
 SOKAL_WINDOW_C = 5.0
 TAIL_PROB = 0.05
+
+
+def min_draws(chains: int) -> int:
+    """Draws per chain a trace of ``chains`` chains needs for all of :func:`summarize`'s diagnostics:
+    ``MIN_DRAWS``, and twice that for one chain, whose split R-hat takes its two halves as two chains."""
+    return MIN_DRAWS if chains > 1 else 2 * MIN_DRAWS
+
+
+def _check_one_chain(array: np.ndarray, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` if ``array`` is one chain too short for its split R-hat."""
+    if array.shape[0] == 1 and array.shape[1] < min_draws(1):
+        raise ValueError(f"{name} of one chain needs at least {min_draws(1)} draws for its split R-hat, "
+                         f"got {array.shape[1]}")
 
 
 def _as_array(trace: Trace, name: str = "trace") -> np.ndarray:
@@ -81,17 +95,10 @@ def split_rhat(trace: Trace) -> Result:
     """
     array = _as_array(trace)
     if array.shape[0] == 1:
-        array = _halves_as_chains(array)
+        _check_one_chain(array, "trace")
+        half = array.shape[1] // 2  # its first and second half as two chains (an odd last draw left out)
+        array = np.concatenate([array[:, :half], array[:, half:2 * half]])
     return _result(array_stats.rhat(array, chain_axis=0, draw_axis=1, method="rank"))
-
-
-def _halves_as_chains(array: np.ndarray, name: str = "trace") -> np.ndarray:
-    """One chain's first and second half as two chains (an odd last draw left out)."""
-    half = array.shape[1] // 2
-    if half < MIN_DRAWS:
-        raise ValueError(f"{name} of one chain needs at least {2 * MIN_DRAWS} draws for its split R-hat, "
-                         f"got {array.shape[1]}")
-    return np.concatenate([array[:, :half], array[:, half:2 * half]])
 
 
 def ess_bulk(trace: Trace) -> Result:
@@ -195,8 +202,7 @@ def summarize(traces: Mapping[str, Trace]) -> dict[str, float]:
     summary: dict[str, float] = {}
     for name, trace in traces.items():
         array = _as_array(trace, name=f"traces[{name!r}]")
-        if array.shape[0] == 1:
-            _halves_as_chains(array, f"traces[{name!r}]")  # too short for a split R-hat: the error names the trace
+        _check_one_chain(array, f"traces[{name!r}]")  # before split_rhat, so that the error names the trace
         columns = [name] if array.ndim == 2 else [f"{name}_{i}" for i in range(array.shape[2])]
         for key, diagnostic in diagnostics.items():
             values = np.atleast_1d(diagnostic(array))
