@@ -14,9 +14,10 @@ from __future__ import annotations
 import torchvision.transforms as T
 from torch import Tensor
 
-__all__ = ["fnbg_blur", "fnbg_inversion", "fnbg_rotation"]
+__all__ = ["ROTATION_DEGREES", "fnbg_blur", "fnbg_inversion", "fnbg_rotation"]
 
-_ROTATION = T.RandomRotation((-30, 30))
+ROTATION_DEGREES = (-30.0, 30.0)  # the range of fnbg_rotation's uniform angle
+_ROTATION = T.RandomRotation(ROTATION_DEGREES)
 _BLUR = T.RandomApply([T.GaussianBlur((9, 9), (1.0, 1.5))], p=0.9)
 _INVERSION = T.RandomInvert(p=0.5)
 
