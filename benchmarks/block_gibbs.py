@@ -11,9 +11,10 @@ those units: for one chain the whole sweep, for 8 and 32 chains per chain (sweep
 the paper's) and ``subblock_size=10`` in layer 1 (810 blocks, the reference code's). Paths:
 ``incremental`` (eager), ``fused`` (``BlockGibbs(fused=True)``: the layers above a node block
 compiled into one kernel; its compilation falls in the untimed warm-up sweep, printed as
-``warm-up s``; one chain compiles its own graphs, every count from two on shares one, so after
-the first such row a row only traces and loads it from inductor's cache) and, for 1 chain and
-130 blocks, ``naive`` (a full forward per block).
+``warm-up s``; the compiled tails are shared by every sampler of the network in the process, one chain
+has its own graphs and every count from two on shares one, so the first one-chain row and the first row
+of two chains or more compile, and the later rows neither compile nor trace) and, for 1 chain and 130
+blocks, ``naive`` (a full forward per block).
 
 Targets (issues 8 and 26): one chain <= 20 (130 blocks), <= 120 (810 blocks); 32 chains <= 6 and
 <= 30 per chain. Timings depend on the machine and its load: nothing here asserts on time.
@@ -27,8 +28,14 @@ it ~19 s inductor's C++ code generation, ~10 s the C++ compiler, ~10 s lowering,
 dynamic graph of 8 chains 159.3 s; 32 chains after it 30.0 s (the same graph, traced again and loaded from the
 cache); the 810-block rows compiled one chain again (79.4 s) and reused the dynamic graph at 8 and 32 chains
 (31.2, 28.7 s). A second process with the same cache took 11.8 s at one chain (71.2 s the first; these two with
-the other core busy). Issue 26's 60 s is not met, and a second chain count re-traces for ~30 s. In that run, 130
+the other core busy). Issue 26's 60 s is not met, and a second chain count re-traced for ~30 s. In that run, 130
 blocks, one chain: incremental 28.3 fwd, fused 23.3 (fwd 3.6-5.0 ms); 32 chains: 12.0 and 6.8 per chain.
+With the tails shared by structure in the process (2026-11-29, both cores' other jobs paused, cold cache,
+``--no-naive``): warm-up 78.9 s at one chain, 162.6 s at 8 chains (the dynamic graph), then 0.9 s at 32 chains
+and 0.6 / 2.4 / 5.6 s for the 810-block rows (one sweep each, nothing compiled or traced). Per layer (one
+process, interleaved sweeps, idle): fusing only layer 1's tail (210 terms) against all three tails: 79.9 / 80.1
+ms a sweep at one chain, 331 / 315 ms at 8 chains, against 83.7 / 484 ms unfused; the tails of layers 2 and 3
+(110 and 10 terms) compile in ~31 and ~16-20 s (one core beside another job), the layer-1 tail in ~41-56 s.
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
 ``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
 """

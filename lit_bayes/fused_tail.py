@@ -22,7 +22,7 @@ first (the paper's MLP(784, 10, 10, 10, 10): 210 terms for a block of layer 1) a
 ``max_terms``; wider stacks keep the eager path.
 
 It needs a working ``torch.compile`` backend (on CPU a C++ compiler); the first call of each
-layer compiles (seconds to tens of seconds). Values equal the eager path's up to float rounding
+layer compiles (seconds to tens of seconds), once per process for a network's layer (:class:`FusedTail`). Values equal the eager path's up to float rounding
 (tested).
 """
 from __future__ import annotations
@@ -77,6 +77,22 @@ def compilable(activation: nn.Module) -> Callable[[Tensor], Tensor]:
     return logspace.sigmoid if isinstance(activation, nn.Sigmoid) else activation
 
 
+#: the compiled tails of this process, one per structure (:meth:`FusedTail.structure`), shared by every FusedTail
+_COMPILED: dict[tuple, Callable[..., tuple[Tensor, Tensor]]] = {}
+
+
+def _compiled_tail(structure: tuple) -> Callable[..., tuple[Tensor, Tensor]]:
+    """``torch.compile`` of :func:`tail_log_likelihood` for one ``structure``, in a copy of the function with a
+    code object of its own: ``torch.compile`` keeps compiled variants, and counts its recompile limit, per
+    code object, so tails of other structures (other layers, other networks) do not use up this one's."""
+    kernel = _COMPILED.get(structure)
+    if kernel is None:
+        code = tail_log_likelihood.__code__.replace()  # equal, but a distinct object
+        copy = types.FunctionType(code, tail_log_likelihood.__globals__, tail_log_likelihood.__name__)
+        kernel = _COMPILED[structure] = torch.compile(copy)
+    return kernel
+
+
 class FusedTail:
     """:func:`tail_log_likelihood` compiled for the layers of ``stack`` (see the module docstring).
 
@@ -85,12 +101,13 @@ class FusedTail:
         likelihood: the output likelihood.
         max_terms: the largest number of unrolled products a fused tail may hold.
 
-    Each layer gets its own compiled copy of the function: ``torch.compile`` keeps compiled
-    variants, and counts its recompile limit, per code object, and this way neither other
-    layers nor other samplers in the process use up a layer's variants (a new batch size
-    recompiles once, with dynamic shapes). The chain dimension is dynamic from two chains on,
-    so one graph serves every chain count above one: another sampler (in this process or a later
-    one) with another chain count finds it in inductor's on-disk caches and traces, not compiles.
+    The compiled tails are shared by every FusedTail of the process with the same structure above the
+    layer (:meth:`structure`): another sampler of the same network compiles and traces nothing. The
+    activations and the likelihood are arguments of the compiled function, so ``torch.compile``'s guards
+    check that they behave the same. The chain dimension is dynamic from two chains on, so one graph
+    serves every chain count above one (one chain has its own, specialised graph); a later process finds
+    the graphs in inductor's on-disk cache and traces, not compiles. A new batch size recompiles once,
+    with dynamic shapes.
     """
 
     def __init__(self, stack: LinearStack, likelihood: Likelihood, max_terms: int = 1024) -> None:
@@ -98,7 +115,6 @@ class FusedTail:
         self.stack = stack
         self.likelihood = likelihood
         self.max_terms = max_terms
-        self._kernels: dict[int, Callable[..., Tensor]] = {}
 
     def terms(self, layer: int) -> int:
         """Unrolled products above a node of ``layer`` (not the output layer): the rank-one update
@@ -110,6 +126,13 @@ class FusedTail:
         """Whether node blocks of ``layer`` take the fused path (not the output layer; within ``max_terms``)."""
         return layer + 1 < len(self.stack.layers) and self.terms(layer) <= self.max_terms
 
+    def structure(self, layer: int) -> tuple:
+        """What the tail of ``layer`` compiles for: the shapes and biases of the layers above it, their
+        activations' types and the likelihood's type (the key of the process's compiled tails)."""
+        above = self.stack.layers[layer + 1:]
+        return (tuple((l.out_features, l.in_features, l.bias is not None) for l in above),
+                tuple(type(a) for a in self.stack.activations[layer:]), type(self.likelihood))
+
     def __call__(self, layer: int, state: Tensor, column: Tensor, start: Tensor, pre_above: Tensor,
                  w_column: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
         """:func:`tail_log_likelihood` for a node block of ``layer``; ``state`` ``(C, P)`` holds the
@@ -119,26 +142,6 @@ class FusedTail:
         if column.shape[0] > 1:  # one graph for every chain count above one (one chain is specialised)
             for t in (column, start, pre_above, w_column, *weights, *(b for b in biases if b is not None)):
                 torch._dynamo.mark_dynamic(t, 0)
-        return self._kernel(layer)(column, start, pre_above, w_column, weights, biases, target)
-
-    def __getstate__(self) -> dict:
-        """Pickled without the compiled kernels (they compile again on first use)."""
-        return {**self.__dict__, "_kernels": {}}
-
-    def _kernel(self, layer: int) -> Callable[..., tuple[Tensor, Tensor]]:
-        """The compiled tail of ``layer``: ``torch.compile`` of :func:`tail_log_likelihood` with the
-        layer's activations and the likelihood bound (not guarded at every call), in a function
-        with a code object of its own."""
-        kernel = self._kernels.get(layer)
-        if kernel is None:
-            activations = [compilable(a) for a in self.stack.activations[layer:]]
-            likelihood = self.likelihood
-
-            def tail(column, start, pre_above, w_column, weights, biases, target):
-                return tail_log_likelihood(column, start, pre_above, w_column, weights, biases, activations,
-                                           likelihood, target)
-
-            code = tail.__code__.replace()  # equal, but a distinct object
-            copy = types.FunctionType(code, tail.__globals__, tail.__name__, closure=tail.__closure__)
-            kernel = self._kernels[layer] = torch.compile(copy)
-        return kernel
+        activations = [compilable(a) for a in self.stack.activations[layer:]]
+        return _compiled_tail(self.structure(layer))(column, start, pre_above, w_column, weights, biases,
+                                                     activations, self.likelihood, target)

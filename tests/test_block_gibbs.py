@@ -14,6 +14,7 @@ from torch import nn
 
 from lit_bayes import Bernoulli, Categorical, Gaussian, GaussianPrior, Posterior
 from lit_bayes.posterior import FlatPrior, Prior
+import lit_bayes.fused_tail as fused_tail
 from lit_bayes.blocks import modulo_partition
 from lit_bayes.callbacks import AcceptanceMonitor, PosteriorSamples, RunHealth
 from lit_bayes.data import LinearRegression, NoisyXOR
@@ -100,26 +101,36 @@ def test_fused_tail_matches_the_eager_incremental_path(case):
     assert_same_chains(fused, run_case(case, fused=False))
     tail, layers = fused[0].fused_tail, len(fused[0].stack.layers)
     assert [tail.fuses(j) for j in range(layers)] == [True] * (layers - 1) + [False]  # all but the output layer
-    assert set(tail._kernels) == set(range(layers - 1))
-    assert pickle.loads(pickle.dumps(fused[0])).fused_tail._kernels == {}  # kernels are not pickled
+    assert {tail.structure(j) for j in range(layers - 1)} <= set(fused_tail._COMPILED)
+    copy = pickle.loads(pickle.dumps(fused[0])).fused_tail  # the compiled kernels stay out of the pickle
+    assert [copy.structure(j) for j in range(layers - 1)] == [tail.structure(j) for j in range(layers - 1)]
 
 
 def test_fused_tail_graph_is_reused_for_another_chain_count(monkeypatch, tmp_path):
-    """The chain dimension is dynamic: a second sampler with another chain count (two or more) finds
-    the first one's compiled graphs in inductor's cache (a fresh cache directory here) and compiles
-    none of its own."""
+    """The compiled tails are shared by structure within a process, and the chain dimension is dynamic: a
+    second one-chain sampler, and a sampler with another chain count (two or more) after the first one
+    with two or more, trace and compile nothing; another process finds the graphs in inductor's cache."""
     from torch._dynamo.utils import counters
 
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # a fresh cache
+    monkeypatch.setattr(fused_tail, "_COMPILED", {})  # a fresh process
     x, y = batches(1, 40, 3, 2)[0]
-    misses = []
-    for chains in (2, 3):
+    graphs, misses = [], []
+    for chains in (1, 1, 2, 3):
         sampler, stepper = sampler_and_stepper(model=MLP([3, 2, 2]), likelihood=Categorical(2), blocks="node",
                                                proposal_variance=0.05, num_chains=chains, fused=True)
         stepper.step(lambda: sampler.block_target(x, y))
+        graphs.append(counters["stats"]["unique_graphs"])
         misses.append(counters["inductor"]["fxgraph_cache_miss"])
-    assert misses[0] > 0  # the first sampler compiled its layers' graphs
-    assert misses[1] == misses[0]  # the second compiled nothing anew
+    assert graphs[1] == graphs[0] and misses[1] == misses[0] > 0  # one chain: compiled once, then reused
+    assert graphs[2] > graphs[1] and misses[2] > misses[1]  # the dynamic graph of two chains and more
+    assert graphs[3] == graphs[2] and misses[3] == misses[2]  # reused at three chains
+
+    monkeypatch.setattr(fused_tail, "_COMPILED", {})  # another process: traces again, compiles nothing
+    sampler, stepper = sampler_and_stepper(model=MLP([3, 2, 2]), likelihood=Categorical(2), blocks="node",
+                                           proposal_variance=0.05, num_chains=4, fused=True)
+    stepper.step(lambda: sampler.block_target(x, y))
+    assert counters["stats"]["unique_graphs"] > graphs[3] and counters["inductor"]["fxgraph_cache_miss"] == misses[3]
 
 
 def test_fused_tail_follows_a_changing_batch_size():
