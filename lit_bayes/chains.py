@@ -1,17 +1,23 @@
 """Chains as a leading dimension: stacked parameter states and batched forward passes."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-__all__ = ["ChainState", "stacked_call", "index_params"]
+__all__ = ["ChainState", "flat_rows", "index_params", "stacked_call"]
 
 
 def _key(name: str) -> str:
     return name.replace(".", "__")
+
+
+def flat_rows(tensors: Iterable[Tensor]) -> Tensor:
+    """Tensors with one leading dimension S in common (chains, draws), ``(S, ...)`` each, as one ``(S, P)``
+    tensor: each flattened after its first dimension, concatenated in order."""
+    return torch.cat([t.reshape(t.shape[0], -1) for t in tensors], dim=1)
 
 
 class ChainState(nn.Module):
@@ -46,7 +52,7 @@ class ChainState(nn.Module):
 
     def flat(self) -> Tensor:
         """The state as one ``(num_chains, num_parameters)`` tensor, in ``names`` order."""
-        return torch.cat([p.detach().reshape(p.shape[0], -1) for p in self.as_dict().values()], dim=1)
+        return flat_rows(p.detach() for p in self.as_dict().values())
 
     def unflatten(self, flat: Tensor) -> dict[str, Tensor]:
         """Inverse of :meth:`flat` for any leading dimensions: ``(..., P)`` to named tensors.

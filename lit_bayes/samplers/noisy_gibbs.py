@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from lit_bayes.chains import flat_rows
 from lit_bayes.data.teacher_student import check_student, teacher_of
 from lit_bayes.models.noisy_cnn import NoisyCNN
 from lit_bayes.models.noisy_mlp import NoisyMLP
@@ -139,7 +140,7 @@ class LatentChains(nn.Module):
 
     def flat(self) -> Tensor:
         """Every latent of each chain as one ``(C, sum_l n d_l)`` tensor, in name order (detached)."""
-        return torch.cat([v.detach().reshape(v.shape[0], -1) for v in self.as_dict().values()], dim=1)
+        return flat_rows(v.detach() for v in self.as_dict().values())
 
     @torch.no_grad()
     def fill(self, values: Mapping[str, Tensor]) -> None:

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_bayes import blocks
+from lit_bayes.chains import flat_rows
 from lit_bayes.masks import MaskLaw
 from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.sample_buffer import SampleBuffer
@@ -190,7 +191,7 @@ class StructuredSGMCMC(SGMCMC):
         """``U_hat^(S)`` (Eq. 14) or ``U_hat^(S_d)`` (Eq. 16) of every chain on the minibatch ``x, y``, shape
         ``(C,)`` (:meth:`lit_bayes.steppers.structured.StructuredEnergy.energy`; the C·K composites are one
         call of :meth:`energy`)."""
-        flat = torch.cat([p.reshape(self.num_chains, -1) for p in self.chains.as_dict().values()], dim=1)
+        flat = flat_rows(self.chains.as_dict().values())
         group_ids = None if self.groups_are_parameters else self.group_ids
         return self.structure.energy(flat, masks, tilde, group_ids,
                                      lambda sets: self.energy(self.chains.unflatten(sets), x, y))

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from lit_bayes.chains import flat_rows
 from lit_bayes.incremental import BlockTarget
 from lit_bayes.validation import check_int, check_interval, check_positive
 
@@ -108,7 +109,7 @@ class BlockMetropolis(Optimizer):
         chains, blocks = state["variance"].shape
         if target.num_blocks != blocks:
             raise ValueError(f"the target has {target.num_blocks} blocks, this stepper was built for {blocks}")
-        target.reset(torch.cat([p.detach().reshape(chains, -1) for p in params], dim=1))
+        target.reset(flat_rows(p.detach() for p in params))
         std = state["variance"].sqrt()
         log_u = torch.rand((chains, blocks), generator=self.generator, device=std.device, dtype=std.dtype).log()
         steps = self._proposal_steps(std, [target.block_size(q) for q in range(blocks)])

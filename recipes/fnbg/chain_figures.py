@@ -26,6 +26,7 @@ from common import kept_draws
 from matplotlib.figure import Figure
 
 from lit_bayes.callbacks.plots import trace_plot
+from lit_bayes.chains import flat_rows
 from lit_bayes.diagnostics import ess_bulk
 from lit_bayes.run_loading import RunPosterior
 
@@ -35,7 +36,7 @@ COORDINATES = (1005, 7872, 8008, 8107)  # the paper's Fig. 5 (spec E4)
 def flat_draws(run: RunPosterior) -> torch.Tensor:
     """The kept draws as ``(S, P)`` flat parameter vectors, in the network's ``nn.Linear`` order."""
     names = list(run.module.template_parameters())
-    return torch.cat([run.samples[name].reshape(run.num_draws, -1) for name in names], dim=1)
+    return flat_rows(run.samples[name] for name in names)
 
 
 def layer_of(index: int, run: RunPosterior) -> str:
