@@ -22,8 +22,8 @@ first (the paper's MLP(784, 10, 10, 10, 10): 210 terms for a block of layer 1) a
 ``max_terms``; wider stacks keep the eager path.
 
 It needs a working ``torch.compile`` backend (on CPU a C++ compiler); the first call of each
-layer compiles (seconds to tens of seconds), once per process for a network's layer (:class:`FusedTail`). Values equal the eager path's up to float rounding
-(tested).
+layer compiles (seconds to tens of seconds), once per process for a network's layer
+(:class:`FusedTail`). Values equal the eager path's up to float rounding (tested).
 """
 from __future__ import annotations
 
