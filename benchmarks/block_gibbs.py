@@ -33,9 +33,13 @@ blocks, one chain: incremental 28.3 fwd, fused 23.3 (fwd 3.6-5.0 ms); 32 chains:
 With the tails shared by structure in the process (2026-11-29, both cores' other jobs paused, cold cache,
 ``--no-naive``): warm-up 78.9 s at one chain, 162.6 s at 8 chains (the dynamic graph), then 0.9 s at 32 chains
 and 0.6 / 2.4 / 5.6 s for the 810-block rows (one sweep each, nothing compiled or traced). Per layer (one
-process, interleaved sweeps, idle): fusing only layer 1's tail (210 terms) against all three tails: 79.9 / 80.1
-ms a sweep at one chain, 331 / 315 ms at 8 chains, against 83.7 / 484 ms unfused; the tails of layers 2 and 3
-(110 and 10 terms) compile in ~31 and ~16-20 s (one core beside another job), the layer-1 tail in ~41-56 s.
+process, interleaved sweeps, idle): fusing only layer 1's tail (210 terms) against all three tails: 78.9-79.9 /
+79.6-80.8 ms a sweep at one chain (83.7-87.2 unfused), 332-335 / 306-311 ms at 8 chains (426-484 unfused); the
+tails of layers 2 and 3 (110 and 10 terms) compile in ~31 and ~16-20 s (one core beside another job), the layer-1
+tail in ~41-56 s. So one chain now fuses only tails of at least ``FusedTail.min_terms_one_chain`` (128) products
+(the same run, after that change: warm-up 47.5 s at one chain, 144.8 s at 8 chains, 1.0 s at 32 chains, 0.6-2.0 s
+for the 810-block rows; issue 26's 60 s is met at one chain; the first count of two chains or more compiles its
+dynamic graphs from scratch).
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
 ``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
 """

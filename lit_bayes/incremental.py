@@ -340,7 +340,8 @@ class IncrementalTarget(BlockTarget):
 
     def _propose_likelihood(self, plan: BlockPlan, values: Tensor, delta: Tensor) -> Tensor:
         j, last = plan.layer, len(self.stack.layers) - 1
-        fused = plan.node is not None and self.fused is not None and j < last and self.fused.fuses(j)
+        fused = (plan.node is not None and self.fused is not None and j < last
+                 and self.fused.fuses(j, self.state.shape[0]))
         if self._lag is not None and not (fused and self._lag[:2] == (j, plan.node)):
             self._catch_up()
         self._refresh(last if plan.node is None else min(j + 1, last))

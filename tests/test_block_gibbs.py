@@ -100,7 +100,7 @@ def test_fused_tail_matches_the_eager_incremental_path(case):
     fused = run_case(case, fused=True)
     assert_same_chains(fused, run_case(case, fused=False))
     tail, layers = fused[0].fused_tail, len(fused[0].stack.layers)
-    assert [tail.fuses(j) for j in range(layers)] == [True] * (layers - 1) + [False]  # all but the output layer
+    assert [tail.fuses(j, 5) for j in range(layers)] == [True] * (layers - 1) + [False]  # all but the output layer
     assert {tail.structure(j) for j in range(layers - 1)} <= set(fused_tail._COMPILED)
     copy = pickle.loads(pickle.dumps(fused[0])).fused_tail  # the compiled kernels stay out of the pickle
     assert [copy.structure(j) for j in range(layers - 1)] == [tail.structure(j) for j in range(layers - 1)]
@@ -119,6 +119,7 @@ def test_fused_tail_graph_is_reused_for_another_chain_count(monkeypatch, tmp_pat
     for chains in (1, 1, 2, 3):
         sampler, stepper = sampler_and_stepper(model=MLP([3, 2, 2]), likelihood=Categorical(2), blocks="node",
                                                proposal_variance=0.05, num_chains=chains, fused=True)
+        sampler.fused_tail.min_terms_one_chain = 0  # this net's one tail has 2 terms: fuse it for one chain too
         stepper.step(lambda: sampler.block_target(x, y))
         graphs.append(counters["stats"]["unique_graphs"])
         misses.append(counters["inductor"]["fxgraph_cache_miss"])
@@ -131,6 +132,29 @@ def test_fused_tail_graph_is_reused_for_another_chain_count(monkeypatch, tmp_pat
                                            proposal_variance=0.05, num_chains=4, fused=True)
     stepper.step(lambda: sampler.block_target(x, y))
     assert counters["stats"]["unique_graphs"] > graphs[3] and counters["inductor"]["fxgraph_cache_miss"] == misses[3]
+
+
+def test_one_chain_fuses_only_wide_tails():
+    """For one chain only tails of at least min_terms_one_chain products are fused (the narrow ones stay eager
+    and compile nothing); from two chains on every tail within max_terms is."""
+    from torch._dynamo.utils import counters
+
+    sampler, stepper = sampler_and_stepper(model=MLP([3, 12, 12, 2]), likelihood=Categorical(2), blocks="node",
+                                           num_chains=1, fused=True)
+    tail = sampler.fused_tail
+    assert [tail.terms(j) for j in range(2)] == [12 + 24, 2]
+    assert [tail.fuses(j, 1) for j in range(3)] == [False, False, False]
+    assert [tail.fuses(j, 2) for j in range(3)] == [True, True, False]
+    tail.min_terms_one_chain = 36
+    assert [tail.fuses(j, 1) for j in range(3)] == [True, False, False]
+    with pytest.raises(ValueError, match="min_terms_one_chain"):
+        fused_tail.FusedTail(tail.stack, tail.likelihood, min_terms_one_chain=-1)
+
+    tail.min_terms_one_chain = 128  # the default: this net's tails all stay eager for one chain
+    graphs = counters["stats"]["unique_graphs"]
+    x, y = batches(1, 40, 3, 2)[0]
+    energy = stepper.step(lambda: sampler.block_target(x, y))
+    assert counters["stats"]["unique_graphs"] == graphs and torch.isfinite(energy).all()
 
 
 def test_fused_tail_follows_a_changing_batch_size():
