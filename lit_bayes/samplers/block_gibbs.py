@@ -72,7 +72,8 @@ class BlockGibbs(SamplerModule):
             sweep; it pays off on large batches with narrow upper layers, for many chains or
             many blocks per node (the paper's MLP(784, 10, 10, 10, 10), batch 3000, on CPU:
             32 chains ~1.45x faster sweeps with 130 and with 810 blocks, one chain ~1.2x with
-            810), not for tiny networks.
+            810), not for tiny networks. One chain fuses only the layers whose tail is wide enough
+            to repay its compile (``FusedTail.min_terms_one_chain``).
 
     Defaults follow the paper: the raw batch sum (``minibatch_scaling="sum"``) and
     initial states drawn from the prior. Only the network is sampled: the likelihood must
