@@ -103,7 +103,7 @@ class FusedTail:
         min_terms_one_chain: the fewest unrolled products of a tail fused for one chain. Below it, one
             chain's eager tail is as fast as the compiled one, and leaving it eager saves its compile: on
             the paper's MLP(784, 10, 10, 10, 10), B = 3000, fusing the 110- and 10-term tails of layers 2
-            and 3 besides layer 1's 210-term tail changed a one-chain sweep by under 2 % (80.8 / 79.6 against
+            and 3 besides layer 1's 210-term tail did not speed up a one-chain sweep (80.8 / 79.6 against
             78.9 / 79.4 ms, two interleaved runs of 40 sweeps; unfused 87.2 / 85.5 ms) and cost about half of
             the first compile, while at 8 chains it saves 7-8 % (306-311 against 332-335 ms a sweep).
 
