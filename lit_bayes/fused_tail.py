@@ -122,6 +122,9 @@ class FusedTail:
         self.likelihood = likelihood
         self.max_terms = check_int("max_terms", max_terms, 1)
         self.min_terms_one_chain = check_int("min_terms_one_chain", min_terms_one_chain, 0)
+        # per layer below the output: its structure and the activations its tail applies, built once (not per block)
+        self._layers = [(self.structure(j), [compilable(a) for a in stack.activations[j:]])
+                        for j in range(len(stack.layers) - 1)]
 
     def terms(self, layer: int) -> int:
         """Unrolled products above a node of ``layer`` (not the output layer): the rank-one update
@@ -153,6 +156,6 @@ class FusedTail:
         if column.shape[0] > 1:  # one graph for every chain count above one (one chain is specialised)
             for t in (column, start, pre_above, w_column, *weights, *(b for b in biases if b is not None)):
                 torch._dynamo.mark_dynamic(t, 0)
-        activations = [compilable(a) for a in self.stack.activations[layer:]]
-        return _compiled_tail(self.structure(layer))(column, start, pre_above, w_column, weights, biases,
-                                                     activations, self.likelihood, target)
+        structure, activations = self._layers[layer]
+        return _compiled_tail(structure)(column, start, pre_above, w_column, weights, biases, activations,
+                                         self.likelihood, target)
