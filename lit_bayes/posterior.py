@@ -26,7 +26,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 import torch
@@ -88,6 +88,13 @@ class Likelihood(nn.Module):
         overwrite ``output``."""
         points = output.transpose(-1, -2)
         return self.log_prob_(points if overwrite else points.clone(), target)
+
+    def unit_major(self, target: Tensor, like: Tensor) -> Callable[[Tensor, bool], Tensor]:
+        """:meth:`log_prob_unit_major` bound to the batch's ``target`` for outputs shaped as ``like``
+        ``(..., k, B)``, checked here once: a caller that evaluates many outputs of one batch (the
+        ~130 proposals of an FNBG sweep) pays for the checks and the target's preparation once."""
+        self.check_shapes(like.transpose(-1, -2), target)
+        return lambda output, overwrite=False: self.log_prob_unit_major(output, target, overwrite)
 
     def log_prob_units(self, units: Sequence[Tensor], target: Tensor) -> Tensor:
         """``forward`` of outputs given unit by unit, one ``(..., B)`` tensor per output unit.
@@ -195,20 +202,25 @@ class Categorical(Likelihood):
         return picked - logsumexp(output, -1, overwrite=overwrite)
 
     def log_prob_unit_major(self, output: Tensor, target: Tensor, overwrite: bool = False) -> Tensor:
-        """``forward`` of unit-major logits ``(C, k, B)`` (see :meth:`Likelihood.log_prob_unit_major`).
+        """``forward`` of unit-major logits ``(C, k, B)`` (see :meth:`Likelihood.log_prob_unit_major`)."""
+        return self.unit_major(target, output)(output, overwrite)
 
-        Up to ``CROSS_ENTROPY_MAX_POINTS`` points (C x B) one ``F.cross_entropy`` over the class dimension:
-        two kernels in place of the logsumexp's dozen small operations, 2-2.5x faster at one chain and
-        B = 3,000 on CPU (~75 against ~180 us, AMD EPYC Zen3), which is how an FNBG block of one chain
-        evaluates its proposal (a sweep 6-8 % faster). Above it, where torch's log-softmax over the strided
-        class dimension falls behind (at B = 3,000 about even at 4 chains, 1.1-1.5x slower at 8), the
-        logsumexp of :meth:`log_prob_`."""
-        if output.dim() != 3 or output.shape[0] * output.shape[2] > self.CROSS_ENTROPY_MAX_POINTS:
-            return super().log_prob_unit_major(output, target, overwrite)
-        points = output.transpose(-1, -2)
+    def unit_major(self, target: Tensor, like: Tensor) -> Callable[[Tensor, bool], Tensor]:
+        """:meth:`Likelihood.unit_major`: up to ``CROSS_ENTROPY_MAX_POINTS`` points (C x B) one
+        ``F.cross_entropy`` over the class dimension, two kernels in place of the logsumexp's dozen small
+        operations, 2-2.5x faster at one chain and B = 3,000 on CPU (~75 against ~180 us, AMD EPYC Zen3),
+        which is how an FNBG block of one chain evaluates its proposal (a sweep 6-8 % faster). Above it,
+        where torch's log-softmax over the strided class dimension falls behind (at B = 3,000 about even at
+        4 chains, 1.1-1.5x slower at 8), the logsumexp of :meth:`log_prob_`."""
+        if like.dim() != 3 or like.shape[0] * like.shape[2] > self.CROSS_ENTROPY_MAX_POINTS:
+            general = super().log_prob_unit_major
+            self.check_shapes(like.transpose(-1, -2), target)
+            return lambda output, overwrite=False: general(output, target, overwrite)
+        points = like.transpose(-1, -2)
         self.check_shapes(points, target)
         self._check_logits(points)
-        return F.cross_entropy(output, target.long().expand(output.shape[0], -1), reduction="none").neg_()
+        labels = target.long().expand(like.shape[0], -1)
+        return lambda output, overwrite=False: F.cross_entropy(output, labels, reduction="none").neg_()
 
     def output_gradient(self, output: Tensor, target: Tensor) -> Tensor:
         """onehot(y) - softmax(output): the gradient of log softmax(output)[y]."""

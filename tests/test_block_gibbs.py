@@ -15,6 +15,7 @@ from torch import nn
 from lit_bayes import Bernoulli, Categorical, Gaussian, GaussianPrior, Posterior
 from lit_bayes.posterior import FlatPrior, Prior
 import lit_bayes.fused_tail as fused_tail
+import lit_bayes.incremental as incremental
 from lit_bayes.blocks import modulo_partition
 from lit_bayes.callbacks import AcceptanceMonitor, PosteriorSamples, RunHealth
 from lit_bayes.data import LinearRegression, NoisyXOR
@@ -91,6 +92,17 @@ def assert_same_chains(run, reference):
 def test_incremental_path_matches_full_forward_reference(case):
     """Same seed: the cached-activation path makes the naive path's decisions and states."""
     assert_same_chains(run_case(case, incremental=True), run_case(case, incremental=False))
+
+
+@pytest.mark.parametrize("blocks_ahead", [1, 3])
+@pytest.mark.parametrize("case", ["finer_node_categorical", "sequential_tanh_no_bias"])
+def test_input_layer_products_computed_ahead_in_windows_match_the_naive_path(case, blocks_ahead, monkeypatch):
+    """The input-layer node blocks' products x[:, S] dw_S, computed ahead for a window of blocks (grouped by
+    their columns S), give the naive path's decisions and states whatever the window: one block, or three
+    (5 chains x 40 points x 4 bytes each), which splits the groups of the finer-node split across windows."""
+    reference = run_case(case, incremental=False)
+    monkeypatch.setattr(incremental, "INPUT_PRODUCT_BYTES", blocks_ahead * 5 * 40 * 4)
+    assert_same_chains(run_case(case, incremental=True), reference)
 
 
 @pytest.mark.parametrize("case", ["finer_node_categorical", "node_bernoulli", "sequential_tanh_no_bias"])
@@ -212,10 +224,11 @@ def test_never_accepted_block_keeps_its_values_over_sweeps():
 
 
 class _FixedEnergies(BlockTarget):
-    """A toy target: every chain's current likelihood energy is ``now`` and every proposal's ``proposed``."""
+    """A toy target: every chain's current summed log-likelihood is ``now`` and every proposal's ``proposed``
+    (their likelihood energies are their negatives: scaling "sum", T = 1)."""
 
     now = [0.0, 0.0, 0.0, 0.0, math.nan, math.nan]
-    proposed = [math.nan, -math.inf, math.inf, -1e9, -1e9, math.nan]
+    proposed = [math.nan, math.inf, -math.inf, 1e9, 1e9, math.nan]
 
     def _reset_likelihood(self, state):
         return torch.tensor(self.now, dtype=torch.float64)

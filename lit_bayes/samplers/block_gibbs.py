@@ -162,11 +162,7 @@ class BlockGibbs(SamplerModule):
         plans, prior = self.layout()
         options = (plans, self.posterior, prior, x.shape[0])
         if self.stack is not None:
-            def log_likelihood_unit_major(output: Tensor, overwrite: bool) -> Tensor:
-                return self.likelihood.log_prob_unit_major(output, y, overwrite)
-
-            return IncrementalTarget(*options, self.stack, log_likelihood_unit_major, x, self.fused_tail,
-                                     y if self.fused_tail is not None else None)
+            return IncrementalTarget(*options, self.stack, x, y, self.fused_tail)
 
         def log_likelihood(flat: Tensor) -> Tensor:
             params = self.chains.unflatten(flat)

@@ -109,10 +109,10 @@ class BlockMetropolis(Optimizer):
         chains, blocks = state["variance"].shape
         if target.num_blocks != blocks:
             raise ValueError(f"the target has {target.num_blocks} blocks, this stepper was built for {blocks}")
-        target.reset(flat_rows(p.detach() for p in params))
         std = state["variance"].sqrt()
         log_u = torch.rand((chains, blocks), generator=self.generator, device=std.device, dtype=std.dtype).log()
         steps = self._proposal_steps(std, [target.block_size(q) for q in range(blocks)])
+        target.reset(flat_rows(p.detach() for p in params), steps)
         adapt = int(state["step"]) < group["adapt_steps"]
         alpha = torch.empty_like(std) if adapt else None
         accepts = []
