@@ -40,13 +40,15 @@ tail in ~41-56 s. So one chain now fuses only tails of at least ``FusedTail.min_
 (the same run, after that change: warm-up 47.5 s at one chain, 144.8 s at 8 chains, 1.0 s at 32 chains, 0.6-2.0 s
 for the 810-block rows; issue 26's 60 s is met at one chain; the first count of two chains or more compiles its
 dynamic graphs from scratch).
-Eager path, 2026-11-29 later (both long jobs paused, ``--no-fused --sweeps 5``), after three changes: a sweep's
+Eager path, 2026-11-29 later (both long jobs paused, ``--no-fused --sweeps 5``), after four changes: a sweep's
 input-layer products x[:, S] dw_S computed ahead, one GEMM per run of columns S, from the batch as it comes (no
-transpose of it), the likelihood bound to the batch once (``Likelihood.unit_major``) and a proposal's energy one
-scaled sum: 130 blocks, one chain 19.0 and 19.8 fwd in two runs (the code before, run between them: 25.0); 8 chains
-11.1 / 11.9 per chain (12.0); 32 chains 9.3 / 10.4 (12.5); 810 blocks, one chain 107.6 / 114.9 (136.0), 32 chains
-53.9 / 51.9 (57.1). Interleaved in one process, the same chains bit for bit: 0.82 of the sweep time at one chain,
-0.87 at 8 chains.
+transpose of it), every block's prior change computed at the sweep's start, the likelihood bound to the batch once
+(``Likelihood.unit_major``) and a proposal's energy one scaled sum. 130 blocks, one chain: 25.0 fwd before (0.125 s a
+sweep, fwd 4.98 ms); after, in four runs, 19.0 / 19.8 (the first two changes without the prior's) and 19.0 / 19.5
+(0.064-0.066 s, fwd 3.35-3.40 ms); 810 blocks, one chain 136.0 before, 99.5-114.9 after. The unit itself moved
+between 3.2 and 5.3 ms within these runs, so the ratios of seconds interleaved in one process, the same chains bit
+for bit, are the better measure: 0.77 of the sweep time at one chain (two runs of 30 sweep pairs), 0.93 at 8 chains,
+0.96 at 32 (10 pairs each).
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
 ``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
 """

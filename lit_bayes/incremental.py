@@ -140,6 +140,7 @@ class BlockTarget:
         self.energy: Tensor | None = None  # U of every chain's current state, (C,) float64
         self.prior_energy: Tensor | None = None  # its prior part
         self.steps: Sequence[Tensor] | None = None  # the sweep's proposal steps, when given to reset
+        self._prior_changes: Tensor | None = None  # with them, every block's prior change (C, M)
         self._pending: tuple | None = None
         # the energy's factors, -s / T on the summed log-likelihood and -1 / T on the log prior
         self._likelihood_factor = posterior.likelihood_energy(1.0, batch_size)
@@ -165,10 +166,12 @@ class BlockTarget:
     def reset(self, state: Tensor, steps: Sequence[Tensor] | None = None) -> Tensor:
         """Take ``state`` (C, P) as the current state (it is updated in place by ``commit``)
         and return its energy on this target's batch. ``steps``: every block's proposal step ``(C, size)``
-        of the sweep, when drawn in advance (``propose(q, steps[q])`` follows), for a subclass that
-        prepares work for several blocks at once."""
+        of the sweep, when drawn in advance: each block q is then proposed at most once, as ``propose(q,
+        steps[q])``, so its values at the proposal are those of ``state`` and the prior changes of all blocks
+        are computed here at once (a subclass may prepare more)."""
         self.state, self.steps = state, steps
         self._pending = None
+        self._prior_changes = None if steps is None else self.prior.changes([p.members for p in self.plans], state, steps)
         self.prior_energy = self.posterior.prior_energy(self.prior.log_density(state))
         self.energy = torch.add(self.prior_energy, self._reset_likelihood(state), alpha=self._likelihood_factor)
         return self.energy
@@ -178,7 +181,8 @@ class BlockTarget:
         plan = self.plans[block]
         current = self.state[:, plan.index]
         values = current + step
-        prior = torch.add(self.prior_energy, self.prior.change(plan.index, current, step), alpha=self._prior_factor)
+        change = self.prior.change(plan.index, current, step) if self._prior_changes is None else self._prior_changes[:, block]
+        prior = torch.add(self.prior_energy, change, alpha=self._prior_factor)
         energy = torch.add(prior, self._propose_likelihood(block, values, step), alpha=self._likelihood_factor)
         self._pending = (plan, values, energy, prior)
         return energy

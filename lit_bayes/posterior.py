@@ -381,6 +381,11 @@ class FlatPrior:
                 total = term if total is None else total + term
         return total
 
+    def changes(self, members: Sequence[Tensor], state: Tensor, steps: Sequence[Tensor]) -> Tensor:
+        """:meth:`change` of every block at once, ``(C, M)`` float64: block q (flat positions ``members[q]``)
+        moving from its values in ``state`` ``(C, P)`` by ``steps[q]`` ``(C, size_q)``."""
+        return torch.stack([self.change(m, state[:, m], s) for m, s in zip(members, steps)], 1)
+
 
 class GaussianFlatPrior(FlatPrior):
     """:class:`GaussianPrior` over flat vectors, from a table of per-position variances: the
@@ -400,6 +405,15 @@ class GaussianFlatPrior(FlatPrior):
 
     def change(self, members: Tensor | slice, current: Tensor, step: Tensor) -> Tensor:
         return (step * torch.add(step, current, alpha=2)).double() @ self.neg_half_inv_var[members]
+
+    def changes(self, members: Sequence[Tensor], state: Tensor, steps: Sequence[Tensor]) -> Tensor:
+        """:meth:`FlatPrior.changes` as one pass over the positions and one sum per block."""
+        positions, step = torch.cat(list(members)), torch.cat(list(steps), 1)
+        terms = (step * torch.add(step, state[:, positions], alpha=2)).double() * self.neg_half_inv_var[positions]
+        sizes = torch.tensor([m.numel() for m in members], device=state.device)
+        block_of = torch.repeat_interleave(torch.arange(len(members), device=state.device), sizes,
+                                           output_size=positions.numel())
+        return terms.new_zeros(state.shape[0], len(members)).index_add_(1, block_of, terms)
 
 
 class GaussianPrior(Prior):

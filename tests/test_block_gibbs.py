@@ -519,6 +519,21 @@ def test_gaussian_flat_prior_equals_the_generic_flat_prior():
                                generic.change(members, state[:, members], step))
 
 
+def test_prior_changes_of_all_blocks_equal_each_blocks_change():
+    """GaussianFlatPrior.changes (every block's prior change at a sweep's start, in one pass over the positions)
+    equals each block's own change, for blocks of several sizes across parameters with two variances (FlatPrior's
+    generic changes stacks each block's change; a non-Gaussian prior samples through it in
+    test_non_gaussian_prior_samples_its_posterior)."""
+    shapes = {"w": (3, 2), "b": (3,)}
+    members = [torch.tensor([4, 1]), torch.tensor([0]), torch.tensor([8, 2, 5, 6]), torch.tensor([3, 7])]
+    gen = torch.Generator().manual_seed(1)
+    state = torch.randn(4, 9, generator=gen)
+    steps = [torch.randn(4, m.numel(), generator=gen) for m in members]
+    flat = GaussianPrior(2.0, group_variances={"b*": 0.5}).flat(shapes)
+    each = torch.stack([flat.change(m, state[:, m], s) for m, s in zip(members, steps)], 1)
+    torch.testing.assert_close(flat.changes(members, state, steps), each, rtol=1e-12, atol=1e-12)
+
+
 class LaplacePrior(Prior):
     """A non-Gaussian prior with a per-element log density: Laplace(0, scale) on every parameter."""
 
