@@ -11,9 +11,9 @@ those units: for one chain the whole sweep, for 8 and 32 chains per chain (sweep
 the paper's) and ``subblock_size=10`` in layer 1 (810 blocks, the reference code's). Paths:
 ``incremental`` (eager), ``fused`` (``BlockGibbs(fused=True)``: the layers above a node block
 compiled into one kernel; its compilation falls in the untimed warm-up sweep, printed as
-``warm-up s``; the compiled tails are shared by every sampler of the network in the process, one chain
-has its own graphs and every count from two on shares one, so the first one-chain row and the first row
-of two chains or more compile, and the later rows neither compile nor trace) and, for 1 chain and 130
+``warm-up s``; the compiled tails are shared by every sampler of the network in the process and every
+count from two on shares one graph, so the first row of two chains or more compiles and the later rows
+neither compile nor trace; one chain fuses nothing by default) and, for 1 chain and 130
 blocks, ``naive`` (a full forward per block).
 
 Targets (issues 8 and 26): one chain <= 20 (130 blocks), <= 120 (810 blocks); 32 chains <= 6 and
@@ -48,7 +48,13 @@ sweep, fwd 4.98 ms); after, in four runs, 19.0 / 19.8 (the first two changes wit
 (0.064-0.066 s, fwd 3.35-3.40 ms); 810 blocks, one chain 136.0 before, 99.5-114.9 after. The unit itself moved
 between 3.2 and 5.3 ms within these runs, so the ratios of seconds interleaved in one process, the same chains bit
 for bit, are the better measure: 0.77 of the sweep time at one chain (two runs of 30 sweep pairs), 0.93 at 8 chains,
-0.96 at 32 (10 pairs each).
+0.96 at 32 (10 pairs each). With that eager path, fusing layer 1's tail no longer pays at one chain (1.006-1.136
+times the eager sweep in interleaved pairs, 130 and 810 blocks), so one chain now fuses nothing by default
+(``FusedTail.min_terms_one_chain=None``): the one-chain ``fused`` rows compile nothing and equal the eager ones,
+and the first compile falls to the first row of two chains or more (the dynamic graph, ~145 s from a cold cache
+in the earlier run above: issue 26's 60 s is not met there). Same day, ``--no-naive --sweeps 3 --chains 1 32``:
+130 blocks, 32 chains, eager 1.83 s and fused 0.85 s a sweep (10.5 and 7.7 fwd per chain); 810 blocks 8.94 and
+7.01 s (79.6 and 62.9).
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
 ``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
 """

@@ -100,28 +100,31 @@ class FusedTail:
         stack: the MLP as the incremental path sees it.
         likelihood: the output likelihood.
         max_terms: the largest number of unrolled products a fused tail may hold.
-        min_terms_one_chain: the fewest unrolled products of a tail fused for one chain. Below it, one
-            chain's eager tail is as fast as the compiled one, and leaving it eager saves its compile: on
-            the paper's MLP(784, 10, 10, 10, 10), B = 3000, fusing the 110- and 10-term tails of layers 2
-            and 3 besides layer 1's 210-term tail did not speed up a one-chain sweep (80.8 / 79.6 against
-            78.9 / 79.4 ms, two interleaved runs of 40 sweeps; unfused 87.2 / 85.5 ms) and cost about half of
-            the first compile, while at 8 chains it saves 7-8 % (306-311 against 332-335 ms a sweep).
+        min_terms_one_chain: the fewest unrolled products of a tail fused for one chain; None (the default):
+            one chain fuses no tail. One chain's eager path is now at least as fast as the compiled tails,
+            and staying eager saves their compile: on the paper's MLP(784, 10, 10, 10, 10), B = 3000, AMD EPYC
+            Zen3, one thread, sweeps interleaved in one process, fusing layer 1's 210-term tail made a
+            one-chain sweep 1.006 and 1.115 times as long as the eager one with 130 blocks (30 and 20 pairs)
+            and 1.136 times with 810 blocks (12 pairs), after a ~48 s compile; at 8 chains the fused sweep
+            takes 0.70 of the eager one's time (130 blocks, 10 pairs).
 
     The compiled tails are shared by every FusedTail of the process with the same structure above the
     layer (:meth:`structure`): another sampler of the same network compiles and traces nothing. The
     activations and the likelihood are arguments of the compiled function, so ``torch.compile``'s guards
     check that they behave the same. The chain dimension is dynamic from two chains on, so one graph
-    serves every chain count above one (one chain has its own, specialised graph); a later process finds
+    serves every chain count above one (one chain, when it fuses, has its own, specialised graph); a later
+    process finds
     the graphs in inductor's on-disk cache and traces, not compiles. A new batch size recompiles once,
     with dynamic shapes.
     """
 
     def __init__(self, stack: LinearStack, likelihood: Likelihood, max_terms: int = 1024,
-                 min_terms_one_chain: int = 128) -> None:
+                 min_terms_one_chain: int | None = None) -> None:
         self.stack = stack
         self.likelihood = likelihood
         self.max_terms = check_int("max_terms", max_terms, 1)
-        self.min_terms_one_chain = check_int("min_terms_one_chain", min_terms_one_chain, 0)
+        self.min_terms_one_chain = (None if min_terms_one_chain is None
+                                    else check_int("min_terms_one_chain", min_terms_one_chain, 0))
         # per layer below the output: its structure and the activations its tail applies, built once (not per block)
         self._layers = [(self.structure(j), [compilable(a) for a in stack.activations[j:]])
                         for j in range(len(stack.layers) - 1)]
@@ -134,11 +137,12 @@ class FusedTail:
 
     def fuses(self, layer: int, chains: int) -> bool:
         """Whether node blocks of ``layer`` take the fused path for ``chains`` chains: not the output layer,
-        within ``max_terms``, and for one chain at least ``min_terms_one_chain`` products."""
+        within ``max_terms``, and for one chain at least ``min_terms_one_chain`` products (None: never)."""
         if layer + 1 >= len(self.stack.layers):
             return False
         terms = self.terms(layer)
-        return terms <= self.max_terms and (chains > 1 or terms >= self.min_terms_one_chain)
+        one_chain = self.min_terms_one_chain is not None and terms >= self.min_terms_one_chain
+        return terms <= self.max_terms and (chains > 1 or one_chain)
 
     def structure(self, layer: int) -> tuple:
         """What the tail of ``layer`` compiles for: the shapes and biases of the layers above it, their

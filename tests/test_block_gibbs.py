@@ -147,22 +147,22 @@ def test_fused_tail_graph_is_reused_for_another_chain_count(monkeypatch, tmp_pat
 
 
 def test_one_chain_fuses_only_wide_tails():
-    """For one chain only tails of at least min_terms_one_chain products are fused (the narrow ones stay eager
-    and compile nothing); from two chains on every tail within max_terms is."""
+    """For one chain no tail is fused by default, and with min_terms_one_chain only tails of at least that many
+    products (the others stay eager and compile nothing); from two chains on every tail within max_terms is."""
     from torch._dynamo.utils import counters
 
     sampler, stepper = sampler_and_stepper(model=MLP([3, 12, 12, 2]), likelihood=Categorical(2), blocks="node",
                                            num_chains=1, fused=True)
     tail = sampler.fused_tail
     assert [tail.terms(j) for j in range(2)] == [12 + 24, 2]
-    assert [tail.fuses(j, 1) for j in range(3)] == [False, False, False]
+    assert tail.min_terms_one_chain is None and [tail.fuses(j, 1) for j in range(3)] == [False, False, False]
     assert [tail.fuses(j, 2) for j in range(3)] == [True, True, False]
     tail.min_terms_one_chain = 36
     assert [tail.fuses(j, 1) for j in range(3)] == [True, False, False]
     with pytest.raises(ValueError, match="min_terms_one_chain"):
         fused_tail.FusedTail(tail.stack, tail.likelihood, min_terms_one_chain=-1)
 
-    tail.min_terms_one_chain = 128  # the default: this net's tails all stay eager for one chain
+    tail.min_terms_one_chain = None  # the default: every tail stays eager for one chain
     graphs = counters["stats"]["unique_graphs"]
     x, y = batches(1, 40, 3, 2)[0]
     energy = stepper.step(lambda: sampler.block_target(x, y))

@@ -71,9 +71,9 @@ class BlockGibbs(SamplerModule):
             It needs a C++ compiler on CPU and compiles for tens of seconds on the first
             sweep; it pays off on large batches with narrow upper layers, for many chains or
             many blocks per node (the paper's MLP(784, 10, 10, 10, 10), batch 3000, on CPU:
-            32 chains ~1.45x faster sweeps with 130 and with 810 blocks, one chain ~1.2x with
-            810), not for tiny networks. One chain fuses only the layers whose tail is wide enough
-            to repay its compile (``FusedTail.min_terms_one_chain``).
+            32 chains ~1.45x faster sweeps with 130 and with 810 blocks, 8 chains ~1.4x), not for
+            tiny networks. One chain fuses nothing unless ``FusedTail.min_terms_one_chain`` is set:
+            its eager path is at least as fast.
 
     Defaults follow the paper: the raw batch sum (``minibatch_scaling="sum"``) and
     initial states drawn from the prior. Only the network is sampled: the likelihood must
