@@ -113,9 +113,8 @@ class FusedTail:
     activations and the likelihood are arguments of the compiled function, so ``torch.compile``'s guards
     check that they behave the same. The chain dimension is dynamic from two chains on, so one graph
     serves every chain count above one (one chain, when it fuses, has its own, specialised graph); a later
-    process finds
-    the graphs in inductor's on-disk cache and traces, not compiles. A new batch size recompiles once,
-    with dynamic shapes.
+    process finds the graphs in inductor's on-disk cache and traces, not compiles. A new batch size
+    recompiles once, with dynamic shapes.
     """
 
     def __init__(self, stack: LinearStack, likelihood: Likelihood, max_terms: int = 1024,

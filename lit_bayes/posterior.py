@@ -407,7 +407,11 @@ class GaussianFlatPrior(FlatPrior):
         return (step * torch.add(step, current, alpha=2)).double() @ self.neg_half_inv_var[members]
 
     def changes(self, members: Sequence[Tensor], state: Tensor, steps: Sequence[Tensor]) -> Tensor:
-        """:meth:`FlatPrior.changes` as one pass over the positions and one sum per block."""
+        """:meth:`FlatPrior.changes` as one pass over the positions and one sum per block, on CPU; elsewhere
+        block by block (``index_add_`` adds with atomics on CUDA, in no fixed order, and a resumed chain must
+        repeat its sums exactly)."""
+        if state.device.type != "cpu":
+            return super().changes(members, state, steps)
         positions, step = torch.cat(list(members)), torch.cat(list(steps), 1)
         terms = (step * torch.add(step, state[:, positions], alpha=2)).double() * self.neg_half_inv_var[positions]
         sizes = torch.tensor([m.numel() for m in members], device=state.device)
