@@ -11,6 +11,7 @@ from scipy import special, stats
 from lit_bayes.steppers.truncated_gaussian import (
     SAFE_A,
     SAFE_SHARED,
+    _broadcast_shape,
     _select,
     exact_negative_choice,
     log_ndtr_bounds,
@@ -271,3 +272,11 @@ def test_branch_free_selection_equals_torch_where():
     mask = torch.rand(1000, generator=gen) < 0.5
     on_first = mask.to(torch.float64)
     assert torch.equal(_select(on_first, 1.0 - on_first, first, second), torch.where(mask, first, second))
+
+
+@pytest.mark.parametrize("shapes", [[(3, 4), (), (3, 4)], [(), ()], [(3, 1), (1, 4), ()], [(4,), (3, 4)], [(1, 4), ()]])
+def test_broadcast_shape_equals_torch_broadcast_shapes(shapes):
+    """The pipelines' shortcut for the broadcast shape (one shared shape besides 0-dim constants) gives
+    torch.broadcast_shapes' answer, also where the shapes differ and it must defer to it."""
+    tensors = [torch.zeros(shape) for shape in shapes]
+    assert _broadcast_shape(*tensors) == torch.broadcast_shapes(*shapes)
