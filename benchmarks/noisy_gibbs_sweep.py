@@ -24,6 +24,12 @@ forward); the sweep multiplies its two such products (the pre-activations X W^T 
 T^T P^T) through oneDNN instead (:class:`lit_bayes.row_products.FixedOperand`), which the authors' code does
 not; the unit's forward keeps torch's ``F.linear``.
 
+Exp. A on 2026-11-29 (one thread, the other core's job paused): 14.0 fwd early in the afternoon; later, after the
+pipelines stopped calling ``torch.broadcast_shapes`` (~0.1 ms of Python a call; the sweep 0.956 of its time in an
+interleaved in-process comparison), 11.8-12.5 fwd in six runs, with the code before that change at 12.4 and 12.6 in
+two runs between them: the unit (0.36-0.59 ms) and the ratio drift more between runs than the change moves them, so
+the 12 fwd target is at best borderline here.
+
 float32 by default (the authors' default). Timings depend on the machine and its load: nothing
 here asserts on time. Run: ``python benchmarks/noisy_gibbs_sweep.py`` (``--sweeps`` timed repeats
 after two warm-ups, ``--sizes``, ``--threads`` (default 1), ``--dtype``, ``--no-mnist``).
