@@ -146,7 +146,7 @@ def test_fused_tail_graph_is_reused_for_another_chain_count(monkeypatch, tmp_pat
     assert counters["stats"]["unique_graphs"] > graphs[3] and counters["inductor"]["fxgraph_cache_miss"] == misses[3]
 
 
-def test_one_chain_fuses_only_wide_tails():
+def test_one_chain_fuses_no_tail_by_default_and_only_wide_ones_when_set():
     """For one chain no tail is fused by default, and with min_terms_one_chain only tails of at least that many
     products (the others stay eager and compile nothing); from two chains on every tail within max_terms is."""
     from torch._dynamo.utils import counters
