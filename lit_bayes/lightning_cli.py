@@ -341,12 +341,14 @@ def fit_and_test(config: str | os.PathLike, overrides: Sequence[str] = (), train
 
 
 def last_checkpoint(root: str | os.PathLike) -> Path | None:
-    """The newest ``last.ckpt`` of the runs under ``root`` (``version_*/checkpoints``, or ``checkpoints``
-    for a run without a logger), or None."""
+    """The newest checkpoint of the runs under ``root`` (``version_*/checkpoints``, or ``checkpoints``
+    for a run without a logger), or None: normally ``last.ckpt``, which Lightning writes after the
+    numbered one of the same step (preferred on equal times). A kill between those two writes leaves
+    ``last.ckpt`` one write behind; each write is atomic, so the newer numbered file is whole and the
+    run continues from it rather than losing the steps since the write before."""
     root = Path(root)
-    found = sorted([*root.glob("version_*/checkpoints/last.ckpt"), *root.glob("checkpoints/last.ckpt")],
-                   key=lambda path: path.stat().st_mtime)
-    return found[-1] if found else None
+    found = [*root.glob("version_*/checkpoints/*.ckpt"), *root.glob("checkpoints/*.ckpt")]
+    return max(found, key=lambda path: (path.stat().st_mtime, path.name == "last.ckpt"), default=None)
 
 
 def run_summary(cli: LitBayesCLI) -> dict:

@@ -21,7 +21,7 @@ def fit_run(configs: Sequence[str | os.PathLike], root: str | os.PathLike, overr
             resume: bool = False) -> Path:
     """``lit-bayes fit -c <configs...> --trainer.default_root_dir root <overrides>`` (no W&B; no progress
     bar, :class:`lit_bayes.callbacks.ProgressLog`'s lines instead) in this process; ``resume`` continues
-    from the newest ``last.ckpt`` under ``root`` (``--ckpt_path``). Returns the run's log directory, the
+    from the newest checkpoint under ``root`` (``--ckpt_path``). Returns the run's log directory, the
     newest ``root/version_<n>`` (``root`` when the overrides turn the logger off)."""
     from lit_bayes.cli import last_checkpoint, main
 

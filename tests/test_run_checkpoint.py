@@ -1,4 +1,6 @@
 """RunCheckpoint: a full-batch run is not checkpointed at every sweep, and its end always is."""
+import os
+
 import lightning as L
 import pytest
 import torch
@@ -6,6 +8,7 @@ from torch import nn
 
 from lit_bayes import SGMCMC, Gaussian, GaussianPrior
 from lit_bayes.callbacks import RunCheckpoint
+from lit_bayes.cli import last_checkpoint
 from lit_bayes.data import LinearRegression
 
 
@@ -48,3 +51,19 @@ def test_bad_intervals(options, message):
 
 def test_a_monitor_turns_the_throttle_off():
     assert not RunCheckpoint(monitor="val/nlpd").throttled and RunCheckpoint().throttled
+
+
+def test_resume_takes_a_numbered_checkpoint_written_after_last_ckpt(tmp_path):
+    """A kill between the numbered write and ``last.ckpt``'s leaves ``last.ckpt`` a write behind;
+    ``--resume`` continues from the newer file, and from ``last.ckpt`` when they are equally new."""
+    folder = tmp_path / "version_0" / "checkpoints"
+    folder.mkdir(parents=True)
+    last, numbered = folder / "last.ckpt", folder / "epoch=3749-step=75000.ckpt"
+    last.write_bytes(b"step 70000")
+    numbered.write_bytes(b"step 75000")
+    os.utime(last, (1000, 1000))
+    os.utime(numbered, (2000, 2000))
+    assert last_checkpoint(tmp_path) == numbered
+    os.utime(numbered, (1000, 1000))
+    assert last_checkpoint(tmp_path) == last
+    assert last_checkpoint(tmp_path / "version_1") is None

@@ -37,7 +37,7 @@ def summary(run_dir: Path) -> dict:
 
 def kept_draws(run_dir: Path) -> RunPosterior:
     """The run's kept draws; a run resumed at its end saved no checkpoint of its own, so they are
-    read from the newest ``last.ckpt`` of the runs beside it."""
+    read from the newest checkpoint of the runs beside it."""
     return load_run(run_dir, checkpoint=last_checkpoint(run_dir.parent))
 
 

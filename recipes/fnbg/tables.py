@@ -5,7 +5,7 @@
     python recipes/fnbg/tables.py augment       # Table 4: rotated / blurred / inverted training sets
     ... --sweeps 2200 for a short run (paper: 110,000), --datasets mnist, --root data, --out runs/fnbg
     ... --augmentations rotation inversion: a part of Table 4 (each in <out>/<dataset>/3000/<augmentation>)
-    ... --resume: every cell continues from its newest last.ckpt under --out (a stopped or killed grid)
+    ... --resume: every cell continues from its newest checkpoint under --out (a stopped or killed grid)
 
 Each cell is one ``lit-bayes fit`` run of one chain of recipes/fnbg/mnist_fnbg.yaml (batch size B:
 floor(60000 / B) batches per epoch, as in the reference code, with Table 5's proposal variances);
@@ -132,7 +132,7 @@ if __name__ == "__main__":
                         help="Table 4's training-set transforms to run (the augment grid)")
     parser.add_argument("--root", default="data")
     parser.add_argument("--out", default="runs/fnbg")
-    parser.add_argument("--resume", action="store_true", help="continue every cell from its newest last.ckpt")
+    parser.add_argument("--resume", action="store_true", help="continue every cell from its newest checkpoint")
     arguments = parser.parse_args()
     results = GRIDS[arguments.grid](arguments)
     Path(arguments.out).mkdir(parents=True, exist_ok=True)

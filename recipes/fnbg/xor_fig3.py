@@ -3,7 +3,7 @@
     python recipes/fnbg/xor_fig3.py                 # the paper's 110,000 sweeps per chain
     python recipes/fnbg/xor_fig3.py --sweeps 2000   # a short run
     python recipes/fnbg/xor_fig3.py --exact-chains 0   # scenario 1 only (the minibatch chains)
-    python recipes/fnbg/xor_fig3.py --resume        # both runs continue from their newest last.ckpt
+    python recipes/fnbg/xor_fig3.py --resume        # both runs continue from their newest checkpoint
 
 At full length on one core of the 2-core AMD EPYC (2026-11-28, the other core busy): the minibatch run
 539 s, the 23 exact chains 4,224 s.
@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--sweeps", type=int, default=110_000)
     parser.add_argument("--exact-chains", type=int, default=23, help="0 skips the exact scenarios")
     parser.add_argument("--out", default="runs/fnbg")
-    parser.add_argument("--resume", action="store_true", help="continue both runs from their newest last.ckpt")
+    parser.add_argument("--resume", action="store_true", help="continue both runs from their newest checkpoint")
     args = parser.parse_args()
     draws = min(10_000, args.sweeps - args.sweeps // 11)
     minibatch = fit(["xor_nbg_deep.yaml"], f"{args.out}/xor_minibatch", scaled(args.sweeps, 50), args.resume)

@@ -232,7 +232,7 @@ def main() -> None:
     parser.add_argument("--num-test", type=int, help="test points (default 2000)")
     parser.add_argument("--root", default="runs/noisy_gibbs_exp_a", help="where runs and exp_a.json go")
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--resume", action="store_true", help="continue each init from its newest last.ckpt")
+    action.add_argument("--resume", action="store_true", help="continue each init from its newest checkpoint")
     action.add_argument("--report", action="store_true", help="run nothing: the table from the newest checkpoints")
     args = parser.parse_args()
     if args.data == "released" and (args.num_train is not None or args.num_test is not None):
