@@ -16,7 +16,8 @@ from lit_bayes.data import SyntheticRegression
 from tests.resume_runs import make_sampler
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "xor_sgld.yaml"
-LINE = re.compile(r"^lit-bayes: step (\d+) / (\d+) \((\d+) %\), .+ in this process \(([\d.e+-]+) steps/s\), ~.+ left$")
+LINE = re.compile(r"^lit-bayes: step (\d+) / (\d+) \((\d+) %\), .+ in this process \(([\d.e+-]+) steps/s"
+                  r"(?:; [\d.e+-]+ in the last [^)]+)?\), ~.+ left$")
 
 
 def progress_lines(text: str) -> list[re.Match]:
@@ -44,6 +45,16 @@ def test_line_rate_and_time_left_are_this_process_s():
     assert log.line(400, 1000, 300.0) == \
         "lit-bayes: step 400 / 1000 (40 %), 5 min 0 s in this process (1 steps/s), ~10 min 0 s left"
     assert log.line(400, float("inf"), 300.0) == "lit-bayes: step 400, 5 min 0 s in this process (1 steps/s)"
+
+
+def test_time_left_follows_the_rate_since_the_line_before():
+    """A process that was slow at first (a paused run, a checkpoint load, a compile) and is fast now: the
+    estimate takes the latest rate, not the process's mean."""
+    log = ProgressLog()
+    log._start_step = 0
+    assert log.line(1000, 4000, 600.0, recent=(900, 300.0)) == (
+        "lit-bayes: step 1000 / 4000 (25 %), 10 min 0 s in this process (1.67 steps/s; 3 in the last 5 min 0 s), "
+        "~16 min 40 s left")
 
 
 def test_every_step_counted_and_a_resumed_run_counts_from_its_checkpoint(tmp_path, capsys):
