@@ -18,9 +18,9 @@ Times are medians of ``--repeats`` steps after ``--warmup`` steps. Before timing
 paths' per-particle log-likelihoods are checked to agree. ``fwd`` is the plain forward-equivalent
 of ``plain_forward.py`` (the moons network as ``F.linear`` + tanh-GELU layers, the GELU of
 ``PartialMLP`` and of the authors' Flax network, and a summed Bernoulli loss on the batch of 20, one
-network, same dtype), the median of 200 calls timed just before and just after each row's steps
-(their mean). For comparison (issue 26, timed side by side on this
-2-vCPU machine): the authors' compiled JAX step takes 2.86 ms = 26.7 fwd (J = 100) and 62.9 ms
+network, same dtype), warm: the median of blocks of 10 calls timed before each step pair
+(``plain_forward.unit_and_call_seconds``; before 2026-11-29 200 calls before and 200 after a row's
+steps). For comparison (issue 26, timed side by side on this 2-vCPU machine): the authors' compiled JAX step takes 2.86 ms = 26.7 fwd (J = 100) and 62.9 ms
 (J = 1,000) in float64; the target is J = 100 float64 <= 13 fwd. Nothing asserts on time.
 
 ``--jax-python PYTHON`` (an interpreter with ``jax`` and ``optax``) also times
@@ -48,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from plain_forward import median_seconds, plain_forward
+from plain_forward import median_seconds, plain_forward, unit_and_call_seconds
 
 from lit_bayes import OHSMC, Bernoulli
 from lit_bayes.data import TwoMoons
@@ -128,14 +128,13 @@ def main(argv=None) -> None:
             auto, auto_opt = build(num, dtype, args.device, True, hand_backprop=False)
             row = {"particles": num, "dtype": str(dtype).split(".")[-1]}
             forward = plain_forward([2, 100, 20, 5, 1], "gelu_tanh", "bernoulli", x, y.to(dtype))
-            before = median_seconds({"forward": forward}, 200, warmup=10)["forward"]
-            steps = median_seconds({"batched": synced(lambda: fast.transition(x, y, fast_opt), args.device),
-                                    "autograd": synced(lambda: auto.transition(x, y, auto_opt), args.device)},
-                                   args.repeats, warmup=args.warmup)
+            unit, steps = unit_and_call_seconds(
+                forward, {"batched": synced(lambda: fast.transition(x, y, fast_opt), args.device),
+                          "autograd": synced(lambda: auto.transition(x, y, auto_opt), args.device)},
+                args.repeats, warmup=args.warmup)
             row["batched_ms"], row["autograd_ms"] = 1e3 * steps["batched"], 1e3 * steps["autograd"]
             row["hand_over_autograd"] = row["batched_ms"] / row["autograd_ms"]
-            after = median_seconds({"forward": forward}, 200, warmup=10)["forward"]
-            row["fwd_ms"] = 1e3 * (before + after) / 2
+            row["fwd_ms"] = 1e3 * unit
             row["batched_fwd_equiv"] = row["batched_ms"] / row["fwd_ms"]
             if num <= args.loop_max:
                 slow, slow_opt = build(num, dtype, args.device, False)

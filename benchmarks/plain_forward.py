@@ -6,6 +6,13 @@ benchmarked network on the benchmarked batch (or training set): ``F.linear``, ac
 wrapper, same dtype, thread count and process as what it measures, timed in turn with it (so that a
 change of the machine's load moves both alike). Small operations inflate far more than large ones
 on a loaded machine: compare figures taken in one run only.
+
+How the unit is timed matters as much. A forward called right after a sweep or step finds its weights and
+inputs evicted from the caches: on the 2-core AMD EPYC Zen3 (2026-11-29) the moons pBNN's forward took 0.11 ms
+in a run of calls and 0.19-0.26 ms one call after each OHSMC step, and Exp. A's 0.45 against 0.57 ms after
+each noisy sweep, which made the same sweep 15.1 or 12.1 fwd. So the unit is the forward's own cost, warm:
+:func:`unit_and_call_seconds` times a block of consecutive forwards before every timed call (the median over
+all forwards), not one forward per call.
 """
 from __future__ import annotations
 
@@ -64,3 +71,25 @@ def median_seconds(calls: dict[str, Callable[[], object]], repeats: int, warmup:
             call()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def unit_and_call_seconds(forward: Callable[[], object], calls: dict[str, Callable[[], object]], repeats: int,
+                          warmup: int = 2, block: int = 10) -> tuple[float, dict[str, float]]:
+    """The unit and the calls' median wall times: in every repeat ``block`` forwards in a row, then each call
+    once (after ``warmup`` untimed calls of each). The unit is the median over all forwards: the warm
+    forward of the module docstring, timed beside the calls so that a change of the machine's speed moves
+    both alike."""
+    for call in (forward, *calls.values()):
+        for _ in range(warmup):
+            call()
+    forwards, times = [], {name: [] for name in calls}
+    for _ in range(repeats):
+        for _ in range(block):
+            start = time.perf_counter()
+            forward()
+            forwards.append(time.perf_counter() - start)
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return statistics.median(forwards), {name: statistics.median(values) for name, values in times.items()}
