@@ -4,7 +4,7 @@ The unit is the plain forward-equivalent of ``plain_forward.py``: one ``F.linear
 pass of the same network plus its summed loss (squared error for regression, cross-entropy for the
 probit classifier) on the training inputs, one network, timed warm in blocks before each sweep
 (``plain_forward.unit_and_call_seconds``; before 2026-11-29 one forward per sweep, in turn, which read the
-forward after each sweep had cooled the caches and gave Exp. A ~20 % fewer fwd). A sweep is one
+forward after each sweep had cooled the caches and gave Exp. A ~30 % fewer fwd). A sweep is one
 exact Gibbs sweep of every variable (Algorithm 1 with biases, noisy-gibbs spec §2.5) on one chain,
 timed two ways: ``sweep`` (the stepper alone, :meth:`NoisyGibbsStepper.sweep`) and ``step`` (what a
 training step does: :meth:`NoisyGibbs.sweep_inputs`, which returns the batch in the latents'

@@ -20,8 +20,9 @@ of ``plain_forward.py`` (the moons network as ``F.linear`` + tanh-GELU layers, t
 ``PartialMLP`` and of the authors' Flax network, and a summed Bernoulli loss on the batch of 20, one
 network, same dtype), warm: the median of blocks of 10 calls timed before each step pair
 (``plain_forward.unit_and_call_seconds``; before 2026-11-29 200 calls before and 200 after a row's
-steps). For comparison (issue 26, timed side by side on this 2-vCPU machine): the authors' compiled JAX step takes 2.86 ms = 26.7 fwd (J = 100) and 62.9 ms
-(J = 1,000) in float64; the target is J = 100 float64 <= 13 fwd. Nothing asserts on time.
+steps). For comparison (issue 26, timed side by side on this 2-vCPU machine): the authors' compiled
+JAX step takes 2.86 ms = 26.7 fwd (J = 100) and 62.9 ms (J = 1,000) in float64; the target is J = 100
+float64 <= 13 fwd. Nothing asserts on time.
 
 ``--jax-python PYTHON`` (an interpreter with ``jax`` and ``optax``) also times
 ``ohsmc_step_jax.py``, the same step written in JAX and jitted whole, one-threaded, in a subprocess
