@@ -62,11 +62,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
-from plain_forward import median_seconds, plain_forward
+from plain_forward import plain_forward, unit_and_call_seconds
 
 from lit_bayes import Categorical, GaussianPrior
 from lit_bayes.models import MLP
@@ -85,17 +84,12 @@ def data() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(BATCH, WIDTHS[0], generator=gen), torch.randint(10, (BATCH,), generator=gen)
 
 
-def forward_seconds(x: torch.Tensor, y: torch.Tensor, repeats: int) -> float:
-    """Median time of one plain full forward pass + summed cross-entropy, one network (3 warm-up calls)."""
-    call = plain_forward(WIDTHS, "sigmoid", "cross_entropy", x, y)
-    return median_seconds({"forward": call}, repeats, warmup=3)["forward"]
-
-
 def seconds_per_sweep(split: str, num_chains: int, path: str, sweeps: int, forward_repeats: int,
                       x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, int, float, float]:
-    """Median wall time of one sweep after one warm-up sweep, the median forward-equivalent timed
-    before each sweep, the block count, the acceptance rate, the warm-up sweep's time (with the
-    fused path's compilation)."""
+    """Median wall time of one sweep after one warm-up sweep, the forward-equivalent (the median of
+    ``forward_repeats`` plain forwards + summed cross-entropy timed before each sweep,
+    :func:`plain_forward.unit_and_call_seconds`), the block count, the acceptance rate, the warm-up
+    sweep's time (with the fused path's compilation)."""
     sampler = BlockGibbs(MLP(WIDTHS), Categorical(10), GaussianPrior(10.0), blocks="finer_node", **SPLITS[split],
                          proposal_variance=VARIANCES, incremental=path != "naive", fused=path == "fused",
                          num_chains=num_chains, seed=0)
@@ -105,15 +99,11 @@ def seconds_per_sweep(split: str, num_chains: int, path: str, sweeps: int, forwa
     start = time.perf_counter()
     stepper.step(lambda: sampler.block_target(x, y))  # warm-up
     warm_up = time.perf_counter() - start
-    times, forwards = [], []
-    for _ in range(sweeps):
-        forwards.append(forward_seconds(x, y, forward_repeats))
-        start = time.perf_counter()
-        stepper.step(lambda: sampler.block_target(x, y))
-        times.append(time.perf_counter() - start)
+    forward = plain_forward(WIDTHS, "sigmoid", "cross_entropy", x, y)
+    unit, times = unit_and_call_seconds(forward, {"sweep": lambda: stepper.step(lambda: sampler.block_target(x, y))},
+                                        sweeps, warmup=0, block=forward_repeats)
     accepted, proposed = stepper.acceptance()
-    return (statistics.median(times), statistics.median(forwards), sampler.partition.num_blocks,
-            float(accepted.double().mean()) / proposed, warm_up)
+    return times["sweep"], unit, sampler.partition.num_blocks, float(accepted.double().mean()) / proposed, warm_up
 
 
 def main() -> None:

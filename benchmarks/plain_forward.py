@@ -67,9 +67,7 @@ def median_seconds(calls: dict[str, Callable[[], object]], repeats: int, warmup:
     times = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(_seconds(call))
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -84,12 +82,14 @@ def unit_and_call_seconds(forward: Callable[[], object], calls: dict[str, Callab
             call()
     forwards, times = [], {name: [] for name in calls}
     for _ in range(repeats):
-        for _ in range(block):
-            start = time.perf_counter()
-            forward()
-            forwards.append(time.perf_counter() - start)
+        forwards += [_seconds(forward) for _ in range(block)]
         for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(_seconds(call))
     return statistics.median(forwards), {name: statistics.median(values) for name, values in times.items()}
+
+
+def _seconds(call: Callable[[], object]) -> float:
+    """Wall time of one call."""
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
