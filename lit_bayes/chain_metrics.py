@@ -4,6 +4,7 @@ E1 / E6: the papers quote the median over chains of each chain's own test accura
     run = lit_bayes.load_run("runs/xor_nbg_deep/version_0")
     chain_accuracies(run, last=10_000)     # [acc of chain 0, acc of chain 1, ...]
     chain_acceptance("runs/xor_nbg_deep/version_0/checkpoints/last.ckpt")
+    chain_node_acceptance("runs/xor_nbg_deep/version_0/checkpoints/last.ckpt")   # {"net.0.0": [...], ...}
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from lit_bayes.predictive import uniform_log_weights
 from lit_bayes.run_loading import RunPosterior
 from lit_bayes.validation import check_int
 
-__all__ = ["chain_acceptance", "chain_accuracies"]
+__all__ = ["chain_acceptance", "chain_accuracies", "chain_node_acceptance"]
 
 
 @torch.no_grad()
@@ -59,15 +60,36 @@ def chain_accuracies(run: RunPosterior, last: int | None = None, datamodule: Lig
     return accuracies
 
 
-def chain_acceptance(checkpoint: str | os.PathLike) -> list[float]:
-    """Every chain's Metropolis acceptance rate over all of a run's steps (burn-in included): its
-    accepted proposals averaged over the blocks, over the proposals per block, as the run's
-    :class:`~lit_bayes.callbacks.AcceptanceMonitor` last saw them (its state in ``checkpoint``)."""
+def _acceptance_counts(checkpoint: str | os.PathLike) -> dict:
+    """The :class:`~lit_bayes.callbacks.AcceptanceMonitor`'s last counts in ``checkpoint``: ``accepted``
+    ``(C, blocks)``, ``proposed`` (per block), a ``nodes`` and a ``layers`` label per block."""
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     monitor = state.get("callbacks", {}).get(AcceptanceMonitor().state_key) or {}
     counts = monitor.get("last")
     if counts is None:
         raise ValueError(f"checkpoint {checkpoint} holds no acceptance counts: fit with the AcceptanceMonitor "
                          "callback and a Metropolis-type sampler")
-    proposed = max(int(counts["proposed"]), 1)
-    return (counts["accepted"].double().mean(1) / proposed).tolist()
+    return counts
+
+
+def _block_rates(counts: dict) -> torch.Tensor:
+    """Every chain's acceptance rate of every block, ``(C, blocks)``, float64."""
+    return counts["accepted"].double() / max(int(counts["proposed"]), 1)
+
+
+def chain_acceptance(checkpoint: str | os.PathLike) -> list[float]:
+    """Every chain's Metropolis acceptance rate over all of a run's steps (burn-in included): its
+    accepted proposals averaged over the blocks, over the proposals per block, as the run's
+    :class:`~lit_bayes.callbacks.AcceptanceMonitor` last saw them (its state in ``checkpoint``)."""
+    return _block_rates(_acceptance_counts(checkpoint)).mean(1).tolist()
+
+
+def chain_node_acceptance(checkpoint: str | os.PathLike) -> dict[str, list[float]]:
+    """Every chain's acceptance rate at every node (FNBG Fig. 3a's boxplots are of these, over chains), over
+    all of a run's steps as :func:`chain_acceptance`: node label (``"<layer>.<node>"``, in the network's
+    order) to the per-chain rates, a node's rate being the mean over its blocks (one block per node for NBG)."""
+    counts = _acceptance_counts(checkpoint)
+    rates = _block_rates(counts)
+    nodes = list(dict.fromkeys(counts["nodes"]))
+    return {node: rates[:, [b for b, label in enumerate(counts["nodes"]) if label == node]].mean(1).tolist()
+            for node in nodes}

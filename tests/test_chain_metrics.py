@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from lit_bayes import load_run
-from lit_bayes.chain_metrics import chain_acceptance, chain_accuracies
+from lit_bayes.callbacks.acceptance_monitor import AcceptanceMonitor
+from lit_bayes.chain_metrics import chain_acceptance, chain_accuracies, chain_node_acceptance
 from lit_bayes.cli import fit_and_test, run_summary
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "fnbg" / "xor_nbg.yaml"
@@ -44,6 +45,19 @@ def test_last_draw_of_each_chain_and_acceptance(tmp_path):
     live = (counts["accepted"].double().mean(1) / counts["proposed"]).tolist()
     assert chain_acceptance(run_dir / "checkpoints" / "last.ckpt") == pytest.approx(live)
     assert all(0.0 <= rate <= 1.0 for rate in live)
+    by_node = chain_node_acceptance(run_dir / "checkpoints" / "last.ckpt")  # node blocks: one block per node
+    assert list(by_node) == counts["nodes"] and len(by_node) == 3
+    for block, node in enumerate(counts["nodes"]):
+        assert by_node[node] == pytest.approx((counts["accepted"][:, block].double() / counts["proposed"]).tolist())
+
+
+def test_node_acceptance_averages_a_nodes_blocks_in_network_order(tmp_path):
+    path = tmp_path / "counts.ckpt"
+    last = {"accepted": torch.tensor([[4, 2, 1], [0, 4, 3]]), "proposed": 4,
+            "nodes": ["net.0.1", "net.0.1", "net.2.0"], "layers": ["net.0", "net.0", "net.2"]}
+    torch.save({"callbacks": {AcceptanceMonitor().state_key: {"window_start": None, "last": last}}}, path)
+    assert chain_node_acceptance(path) == {"net.0.1": [0.75, 0.5], "net.2.0": [0.25, 0.75]}
+    assert chain_acceptance(path) == pytest.approx([7 / 12, 7 / 12])
 
 
 def test_acceptance_needs_the_monitor_state(tmp_path):
@@ -51,3 +65,5 @@ def test_acceptance_needs_the_monitor_state(tmp_path):
     torch.save({"state_dict": {}, "callbacks": {}}, path)
     with pytest.raises(ValueError, match="holds no acceptance counts"):
         chain_acceptance(path)
+    with pytest.raises(ValueError, match="holds no acceptance counts"):
+        chain_node_acceptance(path)

@@ -1,11 +1,20 @@
 """recipes/fnbg/xor_fig3.py at a tiny length: the minibatch and the exact scenarios run, and the
 acceptance-filtered scenarios keep exactly the exact chains whose acceptance rate passes the threshold;
-``--resume`` on the finished runs reads the same chains back."""
+Fig. 3a's rows are the 13 nodes of MLP(2, 2, 2, 2, 2, 2, 2, 1), each scenario's median and range over its
+chains' node rates, and an exact chain's overall rate is the mean of its node rates; each run's wall time is
+its summary's; ``--resume`` on the finished runs reads the same chains back (and adds its own seconds to the
+wall times)."""
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from lit_bayes.chain_metrics import chain_node_acceptance
+from lit_bayes.cli import last_checkpoint
 
 SCRIPT = Path(__file__).resolve().parents[1] / "recipes" / "fnbg" / "xor_fig3.py"
 
@@ -27,5 +36,24 @@ def test_xor_fig3_runs_every_scenario(tmp_path):
         assert rows[name]["chains"] == sum(rate >= threshold for rate in rates)
     for name in ("minibatch", "exact"):
         (summary,) = (tmp_path / f"xor_{name}").rglob("summary.json")
-        assert result["verdicts"][name] == json.loads(summary.read_text())["health"]["verdict"]
-    assert run(tmp_path, "--resume") == result
+        run_summary = json.loads(summary.read_text())
+        assert result["verdicts"][name] == run_summary["health"]["verdict"]
+        assert result["wall_time_s"][name] == run_summary["wall_time_s"] > 0
+    nodes = result["node_accept"]
+    assert [row["node"] for row in nodes] == list(range(1, 14))
+    assert [(row["node"], row["paper_exact_median"]) for row in nodes if row["paper_exact_median"]] == [
+        (1, 63.83), (13, 20.72)]
+    for name in ("minibatch", "exact"):
+        by_node = chain_node_acceptance(last_checkpoint(tmp_path / f"xor_{name}"))
+        assert [row["label"] for row in nodes] == list(by_node)
+        for row in nodes:
+            percent = [100 * r for r in by_node[row["label"]]]
+            assert (row[f"{name}_median"], row[f"{name}_min"], row[f"{name}_max"]) == pytest.approx(
+                (statistics.median(percent), min(percent), max(percent)))
+        if name == "exact":  # one block per node: a chain's overall rate is the mean of its node rates
+            per_chain = [statistics.fmean(chain) for chain in zip(*by_node.values())]
+            assert per_chain == pytest.approx(rates)
+    again = run(tmp_path, "--resume")  # its process's few seconds add to each run's wall time
+    timed = again.pop("wall_time_s")
+    assert again == {k: v for k, v in result.items() if k != "wall_time_s"}
+    assert all(timed[name] >= seconds for name, seconds in result["wall_time_s"].items())
