@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -81,12 +82,30 @@ class MemoryStore:
         return {"buffer": self.draws(), "seen": self.seen, "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore a checkpointed store, which may have been written with another ``max_draws``. More draws
+        than fit: ``"last"`` keeps the newest of them, ``"reservoir"`` a uniform subset (a uniform sample of
+        a uniform sample is one), with a warning. A larger ``"last"`` buffer keeps them all and fills on; a
+        full reservoir cannot grow, since its draws were each kept with probability (its size) / (draws
+        seen), which later draws could not match: a ``ValueError`` names ``max_draws``."""
         draws, self.seen = state["buffer"], int(state["seen"])
+        self.generator.set_state(state["generator"])
+        saved = 0 if draws is None else draws.shape[0]
+        if saved > self.max_draws:
+            if self.policy == "last":
+                draws = draws[saved - self.max_draws :]
+            else:
+                draws = draws[torch.randperm(saved, generator=self.generator)[: self.max_draws].sort().values]
+            warnings.warn(f"the checkpoint holds {saved} kept draws, more than max_draws={self.max_draws}: "
+                          f"keeping {'the newest' if self.policy == 'last' else 'a uniform subset of'} "
+                          f"{self.max_draws} of them", stacklevel=2)
+        elif self.policy == "reservoir" and saved < min(self.max_draws, self.seen):
+            raise ValueError(f"max_draws={self.max_draws} is larger than the full reservoir of {saved} draws (of "
+                             f"{self.seen} seen) in the checkpoint, which a uniform reservoir cannot grow from: "
+                             f"resume with max_draws={saved}, or start a new run")
         self.buffer, self.size, self.next = None, 0, 0
         for draw in [] if draws is None else draws:
             self._store(self.size, draw)
             self.size += 1
-        self.generator.set_state(state["generator"])
 
 
 class DiskStore:

@@ -452,3 +452,53 @@ def test_memory_store_ring_keeps_the_last_draws_in_order_across_a_checkpoint():
         reservoir.append(torch.tensor([float(i)]))
     kept = reservoir.draws()[:, 0].tolist()
     assert len(kept) == 3 and len(set(kept)) == 3 and all(0 <= k < 50 for k in kept)
+
+
+
+def test_memory_store_resumed_with_another_max_draws():
+    """A checkpoint read by a store of another size: a ring keeps the newest draws that fit (with a warning) or
+    grows and fills on; a reservoir keeps a uniform subset, and refuses to grow once it was full."""
+    from lit_bayes.callbacks.sample_store import MemoryStore
+
+    ring = MemoryStore(4, "last")
+    for i in range(6):
+        ring.append(torch.full((2,), float(i)))  # keeps 2, 3, 4, 5
+    smaller = MemoryStore(3, "last")
+    with pytest.warns(UserWarning, match="holds 4 kept draws, more than max_draws=3: keeping the newest 3"):
+        smaller.load_state_dict(ring.state_dict())
+    smaller.append(torch.full((2,), 6.0))
+    assert smaller.draws()[:, 0].tolist() == [4.0, 5.0, 6.0] and smaller.seen == 7
+    larger = MemoryStore(6, "last")
+    larger.load_state_dict(ring.state_dict())
+    for i in range(6, 9):
+        larger.append(torch.full((2,), float(i)))
+    assert larger.draws()[:, 0].tolist() == [3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+
+    reservoir = MemoryStore(5, "reservoir", seed=1)
+    for i in range(40):
+        reservoir.append(torch.tensor([float(i)]))
+    saved = reservoir.draws()[:, 0].tolist()
+    subset = MemoryStore(2, "reservoir", seed=1)
+    with pytest.warns(UserWarning, match="keeping a uniform subset of 2"):
+        subset.load_state_dict(reservoir.state_dict())
+    kept = subset.draws()[:, 0].tolist()
+    assert len(kept) == 2 and set(kept) <= set(saved) and subset.seen == 40
+    counts = torch.zeros(5)  # over many runs, every slot of the saved reservoir is kept with probability 2 / 5
+    for seed in range(1000):
+        run = MemoryStore(5, "reservoir", seed=seed)
+        for i in range(40):
+            run.append(torch.tensor([float(i)]))
+        slots = {value: slot for slot, value in enumerate(run.draws()[:, 0].tolist())}
+        shrunk = MemoryStore(2, "reservoir")
+        with pytest.warns(UserWarning):
+            shrunk.load_state_dict(run.state_dict())
+        counts[[slots[value] for value in shrunk.draws()[:, 0].tolist()]] += 1
+    assert torch.allclose(counts / 1000, torch.full((5,), 0.4), atol=0.07)  # 4.5 binomial std
+    with pytest.raises(ValueError, match="max_draws=8 is larger than the full reservoir of 5 draws"):
+        MemoryStore(8, "reservoir").load_state_dict(reservoir.state_dict())
+    unfilled = MemoryStore(5, "reservoir")
+    for i in range(3):
+        unfilled.append(torch.tensor([float(i)]))
+    grown = MemoryStore(8, "reservoir")
+    grown.load_state_dict(unfilled.state_dict())  # every draw seen is kept: it may grow
+    assert grown.draws()[:, 0].tolist() == [0.0, 1.0, 2.0]
