@@ -2,8 +2,8 @@
 acceptance-filtered scenarios keep exactly the exact chains whose acceptance rate passes the threshold;
 Fig. 3a's rows are the 13 nodes of MLP(2, 2, 2, 2, 2, 2, 2, 1), each scenario's median and range over its
 chains' node rates, and an exact chain's overall rate is the mean of its node rates; each run's wall time is
-its summary's; ``--resume`` on the finished runs reads the same chains back (and adds its own seconds to the
-wall times)."""
+its summary's; ``--resume`` on the finished runs reads the same chains back (it rewrites the summaries'
+wall times, which are left out of that comparison)."""
 import json
 import os
 import statistics
@@ -53,7 +53,6 @@ def test_xor_fig3_runs_every_scenario(tmp_path):
         if name == "exact":  # one block per node: a chain's overall rate is the mean of its node rates
             per_chain = [statistics.fmean(chain) for chain in zip(*by_node.values())]
             assert per_chain == pytest.approx(rates)
-    again = run(tmp_path, "--resume")  # its process's few seconds add to each run's wall time
-    timed = again.pop("wall_time_s")
+    again = run(tmp_path, "--resume")
+    again.pop("wall_time_s")
     assert again == {k: v for k, v in result.items() if k != "wall_time_s"}
-    assert all(timed[name] >= seconds for name, seconds in result["wall_time_s"].items())
