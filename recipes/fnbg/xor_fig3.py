@@ -5,8 +5,8 @@
     python recipes/fnbg/xor_fig3.py --exact-chains 0   # scenario 1 only (the minibatch chains)
     python recipes/fnbg/xor_fig3.py --resume        # both runs continue from their newest checkpoint
 
-At full length on one core of the 2-core AMD EPYC (2026-11-28, the other core busy): the minibatch run
-539 s, the 23 exact chains 4,224 s.
+At full length on one core of the 2-core AMD EPYC, the other core busy: the minibatch run 2,065 s from
+scratch (2026-11-29), the 23 exact chains 4,224 s (2026-11-28).
 
 Scenario 1: minibatch NBG, batch 100, variance 0.04 (recipes/fnbg/xor_nbg_deep.yaml), 10 chains.
 Scenario 2: exact (full-batch) NBG, variance 0.001 (xor_nbg_deep_exact.yaml laid over it), the first
