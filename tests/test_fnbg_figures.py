@@ -69,3 +69,7 @@ def test_chain_figures_of_a_finished_tables_run(scripts, tmp_path):
                                                          "net.layers.2.weight", "net.layers.3.weight"]
     assert len(result["ambiguous"]) <= 3 and all(a["classes"][0] == a["label"] for a in result["ambiguous"])
     assert (run_dir / "fig5.png").exists() and (run_dir / "fig8.png").exists() == bool(result["ambiguous"])
+    figures.main([str(run_dir), "--ambiguous", "3", "--last", "10"])  # the newest 10 of the 28 draws
+    newest = json.loads((run_dir / "chain_figures.json").read_text())
+    assert newest["draws"] == 10
+    assert newest["traces"][0]["mean"] == pytest.approx(first[-10:].double().mean().item())

@@ -1,6 +1,7 @@
 """FNBG Figs. 5 and 8 (spec fnbg.md §4, E4 and E10) from a finished MNIST chain of tables.py.
 
     python recipes/fnbg/chain_figures.py runs/fnbg/mnist/3000/version_0    # writes fig5/fig8 .png and .json there
+    ... --last 10000: only the last 10,000 kept draws (a Table 3 chain keeps 30,000; Table 2 scores 10,000)
 
 Fig. 5, trace plots: the paper's coordinates theta_1005 (hidden layer 1), theta_7872 (2), theta_8008 (3)
 and theta_8107 (output), indices into the flat parameter vector in ``nn.Linear`` order (each layer's
@@ -18,6 +19,7 @@ tables.py reads the same way.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from matplotlib.figure import Figure
 from lit_bayes.callbacks.plots import trace_plot
 from lit_bayes.chains import flat_rows
 from lit_bayes.diagnostics import ess_bulk
+from lit_bayes.predictive import uniform_log_weights
 from lit_bayes.run_loading import RunPosterior
 
 COORDINATES = (1005, 7872, 8008, 8107)  # the paper's Fig. 5 (spec E4)
@@ -37,6 +40,16 @@ def flat_draws(run: RunPosterior) -> torch.Tensor:
     """The kept draws as ``(S, P)`` flat parameter vectors, in the network's ``nn.Linear`` order."""
     names = list(run.module.template_parameters())
     return flat_rows(run.samples[name] for name in names)
+
+
+def last_draws(run: RunPosterior, last: int | None) -> RunPosterior:
+    """The one-chain ``run`` restricted to its last ``last`` kept draws (all of them when ``None`` or more)."""
+    if last is None or last >= run.num_draws:
+        return run
+    if run.module.num_chains != 1:
+        raise ValueError(f"--last reads one chain's draws; the run at {run.run_dir} has {run.module.num_chains} chains")
+    return dataclasses.replace(run, samples={name: value[-last:] for name, value in run.samples.items()},
+                               log_weights=uniform_log_weights(last, run.log_weights.device))
 
 
 def layer_of(index: int, run: RunPosterior) -> str:
@@ -93,10 +106,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a finished MNIST run of tables.py (<out>/mnist/<B>/version_<n>)")
     parser.add_argument("--ambiguous", type=int, default=5, help="correctly classified images to list, least sure first")
+    parser.add_argument("--last", type=int, help="read only the run's last LAST kept draws (default: all)")
     args = parser.parse_args(argv)
     if args.ambiguous < 1:
         parser.error("--ambiguous must be positive")
-    run = kept_draws(args.run_dir)
+    if args.last is not None and args.last < 1:
+        parser.error("--last must be positive")
+    run = last_draws(kept_draws(args.run_dir), args.last)
     draws = flat_draws(run)
     traces = trace_summaries(draws)
     print(f"Fig. 5: the paper's coordinates over the run's {run.num_draws} kept draws")
