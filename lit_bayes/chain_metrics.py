@@ -4,7 +4,7 @@ E1 / E6: the papers quote the median over chains of each chain's own test accura
     run = lit_bayes.load_run("runs/xor_nbg_deep/version_0")
     chain_accuracies(run, last=10_000)     # [acc of chain 0, acc of chain 1, ...]
     chain_acceptance("runs/xor_nbg_deep/version_0/checkpoints/last.ckpt")
-    chain_node_acceptance("runs/xor_nbg_deep/version_0/checkpoints/last.ckpt")   # {"net.0.0": [...], ...}
+    chain_node_acceptance("runs/xor_nbg_deep/version_0/checkpoints/last.ckpt")   # {"net.layers.0.0": [...], ...}
 """
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ def main() -> None:
     show("Fig. 3b: test accuracy % per chain, ours / paper", ["scenario", "chains", "median", "mean", "paper median"],
          [[r["scenario"], r["chains"], r["median"], r["mean"], r["paper_median"]] for r in rows])
     nodes = node_rows(node_rates)
-    show("Fig. 3a: acceptance % per node over all sweeps, median [lowest, highest] over 10 chains",
+    show("Fig. 3a: acceptance % per node over all sweeps, median [lowest, highest] over the scenario's chains",
          ["node", *(f"{name} median" for name in node_rates), *(f"{name} range" for name in node_rates),
           "paper exact median"],
          [[f"{r['node']} ({r['label']})", *(r[f"{name}_median"] for name in node_rates),
