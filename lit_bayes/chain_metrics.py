@@ -8,7 +8,6 @@ E1 / E6: the papers quote the median over chains of each chain's own test accura
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import torch
@@ -16,7 +15,6 @@ from lightning.pytorch import LightningDataModule
 from torchmetrics.classification import MulticlassAccuracy
 
 from lit_bayes.callbacks.acceptance_monitor import AcceptanceMonitor
-from lit_bayes.predictive import uniform_log_weights
 from lit_bayes.run_loading import RunPosterior
 from lit_bayes.validation import check_int
 
@@ -51,8 +49,7 @@ def chain_accuracies(run: RunPosterior, last: int | None = None, datamodule: Lig
     accuracies = []
     for chain in range(chains):
         rows = slice((chain + 1) * per_chain - last, (chain + 1) * per_chain)  # draws are chain-major
-        own = dataclasses.replace(run, samples={name: value[rows] for name, value in run.samples.items()},
-                                  log_weights=uniform_log_weights(last, run.log_weights.device))
+        own = run.equally_weighted(rows)
         metric = MulticlassAccuracy(module.likelihood.num_classes, average="micro")
         for x, y in batches:
             metric.update(own.predict(x, chunk_size=chunk_size).probs.cpu(), y.cpu())

@@ -157,6 +157,13 @@ class RunPosterior:
     def num_draws(self) -> int:
         return int(self.log_weights.shape[0])
 
+    def equally_weighted(self, rows: slice) -> RunPosterior:
+        """The run restricted to its kept draws ``rows`` (draws are chain-major, oldest first), each weighted
+        equally."""
+        samples = {name: value[rows] for name, value in self.samples.items()}
+        weights = uniform_log_weights(next(iter(samples.values())).shape[0], self.log_weights.device)
+        return dataclasses.replace(self, samples=samples, log_weights=weights)
+
     def predict(self, x: Tensor, y: Tensor | None = None, chunk_size: int | None = None,
                 keep_per_sample: bool = False) -> Predictive:
         """The posterior predictive of inputs ``x`` (and ``log p(y | x)`` when ``y`` is given)."""

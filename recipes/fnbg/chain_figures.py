@@ -19,7 +19,6 @@ tables.py reads the same way.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
@@ -30,7 +29,6 @@ from matplotlib.figure import Figure
 from lit_bayes.callbacks.plots import trace_plot
 from lit_bayes.chains import flat_rows
 from lit_bayes.diagnostics import ess_bulk
-from lit_bayes.predictive import uniform_log_weights
 from lit_bayes.run_loading import RunPosterior
 
 COORDINATES = (1005, 7872, 8008, 8107)  # the paper's Fig. 5 (spec E4)
@@ -48,8 +46,7 @@ def last_draws(run: RunPosterior, last: int | None) -> RunPosterior:
         return run
     if run.module.num_chains != 1:
         raise ValueError(f"--last reads one chain's draws; the run at {run.run_dir} has {run.module.num_chains} chains")
-    return dataclasses.replace(run, samples={name: value[-last:] for name, value in run.samples.items()},
-                               log_weights=uniform_log_weights(last, run.log_weights.device))
+    return run.equally_weighted(slice(run.num_draws - last, None))
 
 
 def layer_of(index: int, run: RunPosterior) -> str:
