@@ -11,8 +11,9 @@ import importlib
 # each public name and the submodule that defines it
 _EXPORTS = {
     **dict.fromkeys(("Bernoulli", "Categorical", "Gaussian", "GaussianPrior", "Posterior"), "lit_bayes.posterior"),
-    **dict.fromkeys(("BlockGibbs", "HMC", "IntermediateHMC", "IntermediateMALA", "MALA", "MAP", "NoisyGibbs",
-                     "OHSMC", "SGMCMC", "SGSMC", "SamplerModule", "StructuredSGMCMC"), "lit_bayes.samplers"),
+    **dict.fromkeys(("BlockGibbs", "HMC", "IntermediateHMC", "IntermediateMALA", "MALA", "MAP", "MeanFieldVB",
+                     "NoisyGibbs", "OHSMC", "SGMCMC", "SGSMC", "SWAG", "SamplerModule", "StructuredSGMCMC"),
+                    "lit_bayes.samplers"),
     "load_run": "lit_bayes.run_loading",
     **dict.fromkeys(("run_to_arviz", "to_arviz"), "lit_bayes.arviz_export"),
 }

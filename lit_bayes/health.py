@@ -125,8 +125,8 @@ class RunRecord:
     them (``heldout_lpd``, ``point_lpd_<j>``, ``energy``); ``function_space``: the names among them
     that are function-space quantities; ``diagnostics``: their R-hat and ESS (``rhat/<name>``,
     ``ess_bulk/<name>``); ``acceptance``: rate per layer or block label; ``posterior_sampler``:
-    False for an optimiser (MAP), whose chains are not meant to agree; ``notes``: what the sampler says
-    of its target, passed on to the health notes.
+    False for an optimiser (MAP, variational inference, SWAG), whose chains are not meant to agree; ``notes``:
+    what the sampler says of its target, passed on to the health notes.
     """
 
     steps: int
@@ -158,7 +158,8 @@ def assess(record: RunRecord, thresholds: HealthThresholds | None = None) -> Hea
             "lower the step size (or proposal variance); check the data for extreme values",
         ))
     if not record.posterior_sampler:
-        notes.append("an optimiser (MAP): its chains are not meant to agree, convergence is not assessed")
+        notes.append("an optimiser (MAP, variational inference, SWAG), not a sampler: its chains are not meant to "
+                     "agree, convergence is not assessed")
     elif not record.independent_chains:
         notes.append("resampled particles: chain diagnostics do not apply (see diag/particle_ess_*)")
     elif record.draws_per_chain >= MIN_DRAWS:

@@ -13,7 +13,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from lit_bayes import HMC, MALA, MAP, OHSMC, SGMCMC, SGSMC, Gaussian, GaussianPrior
+from lit_bayes import HMC, MALA, MAP, OHSMC, SGMCMC, SGSMC, Gaussian, GaussianPrior, MeanFieldVB, SWAG
 from lit_bayes.callbacks import PosteriorSamples
 from lit_bayes.data import SyntheticRegression
 from lit_bayes.models import MLP, PartialMLP
@@ -37,11 +37,16 @@ def make_sampler(kind: str):
         sampler_cls = {"ohsmc": OHSMC, "sgsmc": SGSMC}[kind]
         torch.manual_seed(0)  # psi's initial values come from the network's own init
         return sampler_cls(PartialMLP([1, 8, 4, 1], 1), lik, prior, num_particles=16, burn_in=2, thinning=2, seed=5)
+    if kind == "vb":
+        torch.manual_seed(0)
+        return MeanFieldVB(PartialMLP([1, 8, 4, 1], 1), lik, prior, num_train_samples=8, num_samples=16, seed=5)
     common = dict(num_chains=3, seed=5)
     if kind in ("sgld", "psgld", "sghmc"):
         return SGMCMC(net, lik, prior, stepper=kind, step_size=1e-3, burn_in=2, thinning=2, **common)
     if kind == "map":
         return MAP(net, lik, prior, optimizer="adam", lr=1e-2, **common)
+    if kind == "swag":
+        return SWAG(net, lik, prior, max_rank=3, num_samples=8, lr=1e-2, seed=5, init="prior")
     sampler_cls = {"hmc": HMC, "mala": MALA}[kind]
     return sampler_cls(net, lik, prior, step_size=1e-2, burn_in=2, thinning=2, adapt_steps=5, **common)
 

@@ -45,11 +45,21 @@ def test_resume_from_the_middle_of_an_epoch_equals_uninterrupted_chain(sampler, 
     assert torch.equal(full_samples.trace(), resumed_samples.trace())
 
 
-def test_resumed_map_equals_uninterrupted_map(tmp_path):
-    full, _ = fit(str(tmp_path / "full"), 6, "map", "memory")
-    fit(str(tmp_path / "split"), 3, "map", "memory")
-    resumed, _ = fit(str(tmp_path / "split"), 6, "map", "memory", ckpt_path=str(tmp_path / "split" / "ckpt" / "last.ckpt"))
-    assert torch.equal(full.chains.flat(), resumed.chains.flat())
+@pytest.mark.parametrize("optimiser", ["map", "vb", "swag"])
+def test_resumed_optimiser_equals_uninterrupted_one(optimiser, tmp_path):
+    full, _ = fit(str(tmp_path / "full"), 6, optimiser, "memory")
+    fit(str(tmp_path / "split"), 3, optimiser, "memory")
+    resumed, _ = fit(str(tmp_path / "split"), 6, optimiser, "memory",
+                     ckpt_path=str(tmp_path / "split" / "ckpt" / "last.ckpt"))
+    assert torch.equal(full.chains.flat(), resumed.chains.flat())  # MAP's parameters, VB's variational means
+    if optimiser == "vb":  # also the log-variances and the fitted psi
+        assert torch.equal(full.log_variances.flat(), resumed.log_variances.flat())
+        for a, b in zip(full.model.deterministic_parameters(), resumed.model.deterministic_parameters()):
+            assert torch.equal(a, b)
+    if optimiser == "swag":  # also the snapshot moments and deviations (one snapshot per epoch)
+        assert int(full.snapshots) == 6
+        for name in ("mean", "square_mean", "deviations"):
+            assert torch.equal(getattr(full, name), getattr(resumed, name)), name
 
 
 def test_checkpoint_of_another_device_type_resumes_with_a_new_stream_and_a_warning(tmp_path):

@@ -8,5 +8,8 @@ from lit_bayes.samplers.noisy_gibbs import NoisyGibbs
 from lit_bayes.samplers.noisy_hmc import IntermediateHMC, IntermediateMALA
 from lit_bayes.samplers.sgmcmc import SGMCMC
 from lit_bayes.samplers.structured_sgmcmc import StructuredSGMCMC
+from lit_bayes.samplers.swag import SWAG
+from lit_bayes.samplers.variational import MeanFieldVB
 
-__all__ = ["BlockGibbs", "HMC", "IntermediateHMC", "IntermediateMALA", "MALA", "MAP", "NoisyGibbs", "OHSMC", "SGMCMC", "SGSMC", "SamplerModule", "StructuredSGMCMC"]
+__all__ = ["BlockGibbs", "HMC", "IntermediateHMC", "IntermediateMALA", "MALA", "MAP", "MeanFieldVB", "NoisyGibbs",
+           "OHSMC", "SGMCMC", "SGSMC", "SWAG", "SamplerModule", "StructuredSGMCMC"]

@@ -1,7 +1,8 @@
-"""The paper's two-stage baselines on two moons and the synthetic regression: MAP-HMC and SGSMC-HMC.
+"""The paper's two-stage baselines on two moons and the synthetic regression: MAP-HMC, SGSMC-HMC and SWAG.
 
     python recipes/feynman_kac/run_baselines.py moons map_hmc --seeds 3
     python recipes/feynman_kac/run_baselines.py regression sgsmc_hmc --seeds 3
+    python recipes/feynman_kac/run_baselines.py moons swag --seeds 3
 
 Each seed is two ``lit-bayes fit`` runs (feynman-kac spec §5):
 
@@ -12,7 +13,10 @@ Each seed is two ``lit-bayes fit`` runs (feynman-kac spec §5):
 2. ``<table>_hmc.yaml``: full-batch HMC over phi with psi fixed at stage 1's
    (``lit_bayes.models.PartialFromRun``), 100 leapfrog steps of size 0.01, ``--hmc-steps`` steps
    (the paper: 3000) of which the first two thirds are burn-in, started at the MAP phi or the
-   first SGSMC particle; predictions average the kept draws.
+   first SGSMC particle; predictions average the kept draws. For ``swag``, ``<table>_swag.yaml`` instead:
+   from the MAP run's phi and psi (psi fixed), Adam at 0.01 for 200 more epochs, one snapshot of phi per
+   epoch, and predictions from 1,000 draws of the SWAG Gaussian of the last 100 deviations
+   (:class:`lit_bayes.SWAG`; Maddox et al. 2019).
 
 Metrics are those of the OHSMC tables (per-sample ECE, accuracy and RMSE; RMSE against the
 noise-free function), read from the stage-2 runs' ``summary.json``. Prints mean (std) beside the
@@ -40,13 +44,17 @@ PAPER = {
                     ("Acc.", "test/accuracy_per_sample", 0.87, 0.02)],
         "sgsmc_hmc": [("NLPD", "test/nlpd", 0.32, 0.08), ("ECE", "test/ece_per_sample", 0.08, 0.01),
                       ("Acc.", "test/accuracy_per_sample", 0.86, 0.03)],
+        "swag": [("NLPD", "test/nlpd", 0.31, 0.06), ("ECE", "test/ece_per_sample", 0.07, 0.01),
+                 ("Acc.", "test/accuracy_per_sample", 0.86, 0.03)],
     },
     "regression": {
         "map_hmc": [("NLPD", "test/nlpd", 1.53, 0.09), ("RMSE", "test/rmse_per_sample", 0.59, 0.11)],
         "sgsmc_hmc": [("NLPD", "test/nlpd", 1.65, 0.16), ("RMSE", "test/rmse_per_sample", 0.75, 0.14)],
+        "swag": [("NLPD", "test/nlpd", 1.71, 0.14), ("RMSE", "test/rmse_per_sample", 0.82, 0.16)],
     },
 }
-STAGE_1 = {"map_hmc": "map", "sgsmc_hmc": "sgsmc"}
+STAGE_1 = {"map_hmc": "map", "sgsmc_hmc": "sgsmc", "swag": "map"}
+STAGE_2 = {"map_hmc": "HMC", "sgsmc_hmc": "HMC", "swag": "SWAG"}
 
 
 def run_two_stage(table: str, method: str, seed: int, root: Path, args, overrides: list[str]) -> tuple[dict, dict]:
@@ -57,10 +65,13 @@ def run_two_stage(table: str, method: str, seed: int, root: Path, args, override
     if method == "sgsmc_hmc":
         stage_1 += ["--model.init_args.num_particles", str(args.particles)]
     first = run_seed(HERE / f"{table}_{STAGE_1[method]}.yaml", seed, root / "stage1", stage_1)
+    from_stage_1 = ["--model.init_args.model.init_args.run_dir", str(root / "stage1" / f"seed_{seed}")]
+    if method == "swag":
+        epochs = [] if args.swag_epochs is None else ["--trainer.max_epochs", str(args.swag_epochs)]
+        return first, run_seed(HERE / f"{table}_swag.yaml", seed, root / "swag", [*from_stage_1, *epochs, *overrides])
     burn_in = (2 * args.hmc_steps) // 3
     return first, run_seed(HERE / f"{table}_hmc.yaml", seed, root / "hmc", [
-        "--model.init_args.model.init_args.run_dir", str(root / "stage1" / f"seed_{seed}"),
-        "--trainer.max_epochs", str(args.hmc_steps), "--model.init_args.burn_in", str(burn_in),
+        *from_stage_1, "--trainer.max_epochs", str(args.hmc_steps), "--model.init_args.burn_in", str(burn_in),
         "--samples.max_draws", str(args.hmc_steps - burn_in), *overrides,
     ])
 
@@ -73,15 +84,16 @@ def main() -> None:
     parser.add_argument("--particles", type=int, default=1000, help="SGSMC particles (the paper's code: 1000)")
     parser.add_argument("--hmc-steps", type=int, default=3000, help="HMC steps, the first 2/3 burn-in")
     parser.add_argument("--epochs", type=int, help="stage-1 epochs (default: the recipes' 100 / 200)")
+    parser.add_argument("--swag-epochs", type=int, help="SWAG epochs, one snapshot each (default: the recipes' 200)")
     parser.add_argument("--root", default="runs/fk_baselines")
     args, overrides = parser.parse_known_args()  # the rest goes to both stages' lit-bayes runs
     if min(args.seeds, args.particles) < 1 or args.hmc_steps < 3:
         parser.error("--seeds and --particles must be positive, --hmc-steps at least 3")
     root = Path(args.root) / args.table / args.method
     stages = [run_two_stage(args.table, args.method, s, root, args, overrides) for s in range(args.seeds)]
-    runs = [hmc["metrics"] for _, hmc in stages]
+    runs = [second["metrics"] for _, second in stages]
     verdicts = {f"seed {seed} {stage}": health_verdict(summary) for seed, pair in enumerate(stages)
-                for stage, summary in zip(("stage 1", "HMC"), pair)}
+                for stage, summary in zip(("stage 1", STAGE_2[args.method]), pair)}
     rows = {}
     print(f"\n{args.method}, {args.table}: ours over {len(runs)} seeds vs the paper")
     for column, key, paper_mean, paper_std in PAPER[args.table][args.method]:

@@ -3,6 +3,10 @@
     python recipes/feynman_kac/run_table.py moons --seeds 20
     python recipes/feynman_kac/run_table.py regression --seeds 20
     python recipes/feynman_kac/run_table.py mnist --seeds 10   (MNIST files under data/)
+    python recipes/feynman_kac/run_table.py moons --method vb --seeds 20   (the VB baseline's row)
+
+``--method``: ``ohsmc`` (default, ``<table>_ohsmc.yaml``) or ``vb`` (``<table>_vb.yaml``: mean-field Gaussian
+VB over phi with psi fitted jointly, :class:`lit_bayes.MeanFieldVB`; moons and regression).
 
 Each seed draws its own data, psi initialisation and particles (``seed_everything``, the
 sampler's and the DataModule's seeds), as the paper's runs do (feynman-kac spec §6.0). Every
@@ -23,24 +27,27 @@ from lit_bayes.recipe_runs import fit_cell, health_verdict, verdict_lines
 
 HERE = Path(__file__).resolve().parent
 
-# recipe, then (column, summary.json metric, paper mean, paper std) of the OHSMC row
+# per table: its title, then per method its recipe and (column, summary.json metric, paper mean, paper std)
 TABLES = {
-    "moons": ("moons_ohsmc.yaml", "Table 2 (two moons, 100 runs)", [
-        ("NLPD", "test/nlpd", 0.28, 0.07),
-        ("ECE", "test/ece_per_sample", 0.06, 0.01),
-        ("Acc.", "test/accuracy_per_sample", 0.88, 0.02),
-    ]),
-    "regression": ("regression_ohsmc.yaml", "Table 1 (synthetic regression, 100 runs)", [
-        ("NLPD", "test/nlpd", 1.49, 0.07),
-        ("RMSE", "test/rmse_per_sample", 0.53, 0.07),
-    ]),
+    "moons": ("Table 2 (two moons, 100 runs)", {
+        "ohsmc": ("moons_ohsmc.yaml", [("NLPD", "test/nlpd", 0.28, 0.07), ("ECE", "test/ece_per_sample", 0.06, 0.01),
+                                       ("Acc.", "test/accuracy_per_sample", 0.88, 0.02)]),
+        "vb": ("moons_vb.yaml", [("NLPD", "test/nlpd", 0.29, 0.05), ("ECE", "test/ece_per_sample", 0.08, 0.01),
+                                 ("Acc.", "test/accuracy_per_sample", 0.86, 0.03)]),
+    }),
+    "regression": ("Table 1 (synthetic regression, 100 runs)", {
+        "ohsmc": ("regression_ohsmc.yaml", [("NLPD", "test/nlpd", 1.49, 0.07),
+                                            ("RMSE", "test/rmse_per_sample", 0.53, 0.07)]),
+        "vb": ("regression_vb.yaml", [("NLPD", "test/nlpd", 2.13, 0.15), ("RMSE", "test/rmse_per_sample", 1.46, 0.46)]),
+    }),
     # Table 4's NLPD and ECE are in units of 1e-2 (spec §6.4); needs the MNIST files under data/
-    "mnist": ("mnist_ohsmc.yaml", "Table 4 (MNIST, 10 runs)", [
-        ("NLPD", "test/nlpd", 0.0287, 0.0024),
-        ("ECE", "test/ece_per_sample", 0.0035, 0.0006),
-        ("Acc.", "test/accuracy_per_sample", 0.9902, 0.0007),
-    ]),
+    "mnist": ("Table 4 (MNIST, 10 runs)", {
+        "ohsmc": ("mnist_ohsmc.yaml", [("NLPD", "test/nlpd", 0.0287, 0.0024),
+                                       ("ECE", "test/ece_per_sample", 0.0035, 0.0006),
+                                       ("Acc.", "test/accuracy_per_sample", 0.9902, 0.0007)]),
+    }),
 }
+METHOD_NAMES = {"ohsmc": "OHSMC", "vb": "VB"}
 
 
 #: what a run whose verdict is not ok means for a table of these scripts (:func:`verdict_lines`)
@@ -70,22 +77,26 @@ def beside_paper(metric: str, values: list[float], paper_mean: float, paper_std:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("table", choices=sorted(TABLES))
+    parser.add_argument("--method", choices=sorted(METHOD_NAMES), default="ohsmc")
     parser.add_argument("--seeds", type=int, default=20, help="number of runs (seeds 0..n-1; the paper: 100)")
     parser.add_argument("--root", default="runs/fk_tables", help="where runs and table.json go")
     args, overrides = parser.parse_known_args()  # the rest goes to lit-bayes, e.g. --trainer.max_epochs=10
-    recipe, title, columns = TABLES[args.table]
-    root = Path(args.root) / args.table
+    title, methods = TABLES[args.table]
+    if args.method not in methods:
+        parser.error(f"--method {args.method} has no recipe for {args.table} (it has {sorted(methods)})")
+    recipe, columns = methods[args.method]
+    root = Path(args.root) / args.table / ("" if args.method == "ohsmc" else args.method)
     summaries = [run_seed(HERE / recipe, seed, root, overrides) for seed in range(args.seeds)]
     runs = [summary["metrics"] for summary in summaries]
     verdicts = {f"seed {seed}": health_verdict(summary) for seed, summary in enumerate(summaries)}
     rows = {}
-    print(f"\nOHSMC, {title}: ours over {len(runs)} seeds vs the paper")
+    print(f"\n{METHOD_NAMES[args.method]}, {title}: ours over {len(runs)} seeds vs the paper")
     for column, key, paper_mean, paper_std in columns:
         rows[column] = beside_paper(key, [r[key] for r in runs], paper_mean, paper_std)
         ours = rows[column]
         print(f"  {column:5s} ours {ours['ours_mean']:.4f} ({ours['ours_std']:.4f})   paper {paper_mean:.4f} ({paper_std:.4f})")
     print(*verdict_lines(verdicts, UNCONVERGED), sep="\n")
-    out = {"table": args.table, "seeds": len(runs), "overrides": overrides, "rows": rows, "verdicts": verdicts}
+    out = {"table": args.table, "method": args.method, "seeds": len(runs), "overrides": overrides, "rows": rows, "verdicts": verdicts}
     (root / "table.json").write_text(json.dumps(out, indent=2))
     print(json.dumps({c: round(r["ours_mean"], 4) for c, r in rows.items()} | {"seeds": len(runs)}))
     if not all(math.isfinite(r["ours_mean"]) for r in rows.values()):
