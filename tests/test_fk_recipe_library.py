@@ -101,11 +101,12 @@ def test_crescent_reference_against_exact_draws_and_the_mle():
 
 
 def test_crescent_recipes_run_at_tiny_size(tmp_path):
-    """The MAP baseline recipe (with its learning-rate decay) and the SGSMC recipe."""
+    """The MAP and VB baseline recipes (with their learning-rate decay) and the SGSMC recipe."""
     from pathlib import Path
 
     recipes = Path(__file__).resolve().parents[1] / "recipes" / "feynman_kac"
-    for name, extra in (("crescent_map.yaml", []), ("crescent_sgsmc.yaml", ["--model.init_args.num_particles", "20"])):
+    for name, extra in (("crescent_map.yaml", []), ("crescent_sgsmc.yaml", ["--model.init_args.num_particles", "20"]),
+                        ("crescent_vb.yaml", ["--model.init_args.num_samples", "20"])):
         directory = tmp_path / name
         main(["fit", "-c", str(recipes / name), "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3",
               "--trainer.default_root_dir", str(directory), "--summary.directory", str(directory), *QUIET, *extra])

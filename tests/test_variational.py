@@ -9,18 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lit_bayes import Gaussian, MeanFieldVB
 from lit_bayes.models import MLP, PartialBNN, PartialMLP
-
-
-class LinearOffset(nn.Module):
-    """y = x . phi + psi: phi ~ N(0, I) stochastic, psi a deterministic offset."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.phi = nn.Parameter(torch.zeros(dim))
-        self.psi = nn.Parameter(torch.zeros(()))
-
-    def forward(self, x):
-        return (x @ self.phi + self.psi).unsqueeze(-1)
+from tests.test_feynman_kac import LinearOffset
 
 
 def _correlated_problem(n=40, noise_std=0.5):

@@ -135,7 +135,7 @@ class MeanFieldVB(SamplerModule):
             log_var = log_vars[name][0]
             phi[name] = means[name][0] + torch.exp(0.5 * log_var) * eps
             density = -0.5 * (math.log(2 * math.pi) + log_var + eps.square())
-            log_q = log_q + density.flatten(1).sum(-1)
+            log_q = log_q + density.reshape(len(eps), -1).sum(-1)  # 0-dim parameters too
         return phi, log_q
 
     def standard_normal(self, num: int, generator: torch.Generator) -> dict[str, Tensor]:

@@ -4,8 +4,8 @@
     python recipes/feynman_kac/crescent.py --sgsmc-epochs 20     # SGSMC is the slow one
     python recipes/feynman_kac/crescent.py --trainer.max_epochs 2 --model.init_args.num_particles 50
 
-Runs ``crescent_ohsmc.yaml``, ``crescent_sgsmc.yaml`` and ``crescent_map.yaml`` through
-``lit-bayes fit`` (extra arguments go to all three runs), reads their final states back with
+Runs ``crescent_ohsmc.yaml``, ``crescent_sgsmc.yaml``, ``crescent_vb.yaml`` and ``crescent_map.yaml``
+through ``lit-bayes fit`` (extra arguments go to every run; VB and MAP take no particle count), reads their final states back with
 ``lit_bayes.load_run``, then compares them with the brute-force reference of the model of Eq. 8 on
 the same 100 observations (``lit_bayes.models.crescent_reference``):
 
@@ -18,11 +18,13 @@ the same 100 observations (``lit_bayes.models.crescent_reference``):
   the same psi grids with 10,000 fixed prior draws (full data, no minibatch); and MAP, Adam on
   (phi, psi) jointly for -(N/M) log p(y_S | phi; psi) - log pi(phi) with the recipes' schedule,
   batches and start (phi = (0, 0), psi = 0.1), keeping the final value (there is no validation
-  split to select by). VB and SWAG are not run.
+  split to select by); VB, mean-field Gaussian q over phi with psi fitted jointly (``lit_bayes.MeanFieldVB``),
+  from m = 0, log v = 0, psi = 0.1 with the same schedule and batches, its cloud 1,000 draws of the final q.
+  SWAG is not run.
 
 Every psi estimate is given beside psi_MLE and the true psi = 1, with the log-evidence it gives
 up against psi_MLE (the evidence is flat in psi, so distances in psi alone overstate the
-differences). For each particle cloud: the cloud's mean and
+differences). For each cloud (OHSMC, SGSMC, VB): the cloud's mean and
 covariance against the reference's; the total variation between the cloud's histogram and the
 reference mass on the same bins (and the same figure for as many exact draws from the
 reference, the Monte Carlo floor of that distance); the reference mass in bins the cloud never
@@ -31,7 +33,7 @@ method's own psi (the sampler's error without its psi error).
 
 The paper gives no numbers for Fig. 1, only orderings (spec §6.1): psi estimates rank MC
 closest, then OHSMC, VB, SGSMC, and MAP diverges. ``ordering`` in the JSON says whether ours
-(without VB) agree. Writes ``crescent.json`` and ``crescent.png`` under ``--root``.
+agree. Writes ``crescent.json`` and ``crescent.png`` under ``--root``.
 
 The prior is the paper's N(0, diag(2, 1)); the authors' code evaluates N(0, diag(4, 1)) where it
 computes densities (spec pitfall 12), so ``mle_psi_quirk_prior`` gives the brute-force psi_MLE
@@ -51,8 +53,10 @@ from lit_bayes.models import crescent_reference as reference
 from lit_bayes.recipe_runs import fit_cell, health_verdict, verdict_lines
 
 HERE = Path(__file__).resolve().parent
-RECIPES = {"OHSMC": "crescent_ohsmc.yaml", "SGSMC": "crescent_sgsmc.yaml", "MAP": "crescent_map.yaml"}
-CLOUDS = ("OHSMC", "SGSMC")  # the particle samplers, compared with the reference posterior
+RECIPES = {"OHSMC": "crescent_ohsmc.yaml", "SGSMC": "crescent_sgsmc.yaml", "VB": "crescent_vb.yaml",
+           "MAP": "crescent_map.yaml"}
+CLOUDS = ("OHSMC", "SGSMC", "VB")  # the particle samplers and q's draws, compared with the reference posterior
+NO_PARTICLES = ("VB", "MAP")  # recipes without a particle count
 TRUE_PSI = 1.0
 MC_DRAWS = 10_000
 
@@ -63,7 +67,7 @@ def run(method: str, root: Path, extra: list[str]) -> tuple[dict, dict]:
     summary = fit_cell(HERE / RECIPES[method], directory, extra, rerun=True)
     posterior = load_run(directory)
     samples = posterior.samples
-    # MAP samples psi with phi (a flat prior); the Feynman-Kac samplers train it in the module
+    # MAP samples psi with phi (a flat prior); the Feynman-Kac samplers and VB train it in the module
     psi = samples["net.psi"][0] if "net.psi" in samples else posterior.module.model.net.psi
     particles = torch.stack([samples["net.phi1"], samples["net.phi2"]], dim=1).double()
     result = {"psi": float(psi), "particles": particles, "log_weights": posterior.log_weights.double(),
@@ -72,7 +76,7 @@ def run(method: str, root: Path, extra: list[str]) -> tuple[dict, dict]:
 
 
 def without_particle_count(overrides: list[str]) -> list[str]:
-    """``overrides`` less ``--model.init_args.num_particles`` (and its value): MAP has no particles."""
+    """``overrides`` less ``--model.init_args.num_particles`` (and its value): VB and MAP have no particles."""
     name, out, skip = "--model.init_args.num_particles", [], False
     for option in overrides:
         if not skip and option != name and not option.startswith(name + "="):
@@ -90,7 +94,7 @@ def main() -> None:
     root = Path(args.root)
     results, summaries = {}, {}
     for method in RECIPES:
-        extra = without_particle_count(overrides) if method == "MAP" else list(overrides)
+        extra = without_particle_count(overrides) if method in NO_PARTICLES else list(overrides)
         if method == "SGSMC" and args.sgsmc_epochs is not None:
             extra += ["--trainer.max_epochs", str(args.sgsmc_epochs)]
         results[method], summaries[method] = run(method, root, extra)
@@ -120,7 +124,7 @@ def main() -> None:
     distance = {m: abs(p - psi_mle) for m, p in psis.items()}
     deficit = {m: reference.log_evidence_deficit(y, p, ref) for m, p in psis.items()}
     to_truth = {m: abs(p - TRUE_PSI) for m, p in psis.items()}
-    paper = ["MC", "OHSMC", "SGSMC", "MAP"]  # spec §6.1 without VB; MAP "diverges"
+    paper = ["MC", "OHSMC", "VB", "SGSMC", "MAP"]  # spec §6.1; MAP "diverges"
     out = {
         "data": {"num_train": data.num_train, "ybar": float(y.mean()), "seed": seed},
         "overrides": overrides, "sgsmc_epochs": args.sgsmc_epochs,
