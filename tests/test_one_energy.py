@@ -21,6 +21,8 @@ EXCEPTIONS = {
     ("lit_bayes/models/crescent.py", "log density"),
     # the log normal CDF and density inside the truncated-Gaussian sampler (not a target)
     ("lit_bayes/steppers/truncated_gaussian.py", "log density"),
+    # VB's variational density log q(phi) in the ELBO (the approximation, not the target)
+    ("lit_bayes/samplers/variational.py", "log density"),
 }
 
 
