@@ -100,7 +100,8 @@ class MeanFieldVB(SamplerModule):
             p.requires_grad_(True)
         means = self.initial_state(torch.Generator())  # the template: m = the model's phi
         self.chains = ChainState(means)
-        self.log_variances = ChainState({name: torch.full_like(m, float(init_log_variance)) for name, m in means.items()})
+        self.log_variances = ChainState({name: torch.full_like(m, float(init_log_variance))
+                                         for name, m in means.items()})
         self._fixed_noise: dict[tuple, dict[str, Tensor]] = {}
 
     @property
@@ -139,8 +140,8 @@ class MeanFieldVB(SamplerModule):
         return phi, log_q
 
     def standard_normal(self, num: int, generator: torch.Generator) -> dict[str, Tensor]:
-        """``num`` standard-normal draws of every phi tensor from ``generator``."""
-        return {name: torch.randn((num, *m.shape[1:]), generator=generator, device=m.device, dtype=m.dtype)
+        """``num`` standard-normal draws of every phi tensor from ``generator``, on its device."""
+        return {name: torch.randn((num, *m.shape[1:]), generator=generator, device=generator.device, dtype=m.dtype)
                 for name, m in self.chains.as_dict().items()}
 
     def current_samples(self) -> tuple[dict[str, Tensor], Tensor]:

@@ -5,9 +5,9 @@
     python recipes/feynman_kac/crescent.py --trainer.max_epochs 2 --model.init_args.num_particles 50
 
 Runs ``crescent_ohsmc.yaml``, ``crescent_sgsmc.yaml``, ``crescent_vb.yaml`` and ``crescent_map.yaml``
-through ``lit-bayes fit`` (extra arguments go to every run; VB and MAP take no particle count), reads their final states back with
-``lit_bayes.load_run``, then compares them with the brute-force reference of the model of Eq. 8 on
-the same 100 observations (``lit_bayes.models.crescent_reference``):
+through ``lit-bayes fit`` (extra arguments go to every run; VB and MAP take no particle count), reads
+their final states back with ``lit_bayes.load_run``, then compares them with the brute-force reference of
+the model of Eq. 8 on the same 100 observations (``lit_bayes.models.crescent_reference``):
 
 - psi_MLE: the maximiser of the evidence log p(y; psi) (spec §1, goal 1), each evidence by 2-D
   grid quadrature over phi (:func:`lit_bayes.models.crescent.grid_posterior`), maximised over a

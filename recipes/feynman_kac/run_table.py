@@ -96,7 +96,8 @@ def main() -> None:
         ours = rows[column]
         print(f"  {column:5s} ours {ours['ours_mean']:.4f} ({ours['ours_std']:.4f})   paper {paper_mean:.4f} ({paper_std:.4f})")
     print(*verdict_lines(verdicts, UNCONVERGED), sep="\n")
-    out = {"table": args.table, "method": args.method, "seeds": len(runs), "overrides": overrides, "rows": rows, "verdicts": verdicts}
+    out = {"table": args.table, "method": args.method, "seeds": len(runs), "overrides": overrides, "rows": rows,
+           "verdicts": verdicts}
     (root / "table.json").write_text(json.dumps(out, indent=2))
     print(json.dumps({c: round(r["ours_mean"], 4) for c, r in rows.items()} | {"seeds": len(runs)}))
     if not all(math.isfinite(r["ours_mean"]) for r in rows.values()):
