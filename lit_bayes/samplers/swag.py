@@ -22,21 +22,22 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from lit_bayes.optimizers import check_optimizer_name, make_optimizer
 from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.predictive import uniform_log_weights
 from lit_bayes.samplers.base import SamplerModule
-from lit_bayes.validation import check_int, check_positive
+from lit_bayes.samplers.map import MAP
+from lit_bayes.validation import check_int
 
 __all__ = ["SWAG"]
 
 
-class SWAG(SamplerModule):
+class SWAG(MAP):
     """The SWAG Gaussian over the model's sampled parameters, from snapshots taken once per epoch.
 
-    Training minimises U(theta) / N (as :class:`~lit_bayes.samplers.map.MAP`) with a torch optimiser; at the end
-    of every epoch the parameters are added to the running moments and the last ``max_rank`` deviations. The
-    moments and deviations are buffers, so checkpoints hold them and a resumed run continues them exactly.
+    Training is :class:`~lit_bayes.samplers.map.MAP`'s with one chain (U(theta) / N minimised by a torch
+    optimiser); at the end of every epoch the parameters are added to the running moments and the last
+    ``max_rank`` deviations. The moments and deviations are buffers, so checkpoints hold them and a resumed run
+    continues them exactly.
     Predictions and the predictive callbacks use ``num_samples`` draws of the Gaussian made with one fixed set
     of standard-normal draws (its own random stream); before two snapshots exist they use the current
     parameters alone.
@@ -54,7 +55,6 @@ class SWAG(SamplerModule):
 
     predict_with_current_state = True  # predictions draw from the current Gaussian
     independent_chains = False  # one Gaussian: nothing to compare across chains
-    keeps_draws = False  # an optimiser with snapshots: no Markov chain, no kept draws
     STREAMS = {**SamplerModule.STREAMS, "predictive": 4}  # the fixed draws of current_samples
     VARIANTS = ("low_rank", "diagonal")
 
@@ -74,17 +74,14 @@ class SWAG(SamplerModule):
         seed: int = 0,
         init: Literal["module", "prior", "template"] = "template",
     ) -> None:
-        super().__init__(model=model, likelihood=likelihood, prior=prior, num_data=num_data, temperature=temperature,
-                         minibatch_scaling="rescaled", num_chains=1, seed=seed, init=init)
+        super().__init__(model, likelihood, prior, optimizer=optimizer, lr=lr, optimizer_options=optimizer_options,
+                         num_data=num_data, temperature=temperature, minibatch_scaling="rescaled", num_chains=1,
+                         seed=seed, init=init)
         self.max_rank = check_int("max_rank", max_rank, 2)
         self.num_samples = check_int("num_samples", num_samples, 1)
         if variant not in self.VARIANTS:
             raise ValueError(f"variant must be one of {self.VARIANTS}, got {variant!r}")
         self.variant = variant
-        check_optimizer_name(optimizer)
-        self.optimizer_name = optimizer
-        self.lr = check_positive("lr", lr)
-        self.optimizer_options = dict(optimizer_options or {})
         size = sum(p.numel() for p in self.template_parameters().values())
         self.register_buffer("snapshots", torch.zeros((), dtype=torch.long))
         self.register_buffer("mean", torch.zeros(size))
@@ -95,21 +92,6 @@ class SWAG(SamplerModule):
     @property
     def stream_rank(self) -> int:
         return 0  # one Gaussian, the same on every process
-
-    def configure_optimizers(self):
-        self.make_generator()
-        return make_optimizer(self.optimizer_name, self.chains.parameters(), self.lr, self.optimizer_options)
-
-    def is_sample_step(self) -> bool:
-        return False
-
-    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        x, y = self.check_batch(batch)
-        energy = self.energy(self.chains.as_dict(), x, y)
-        self.check_energy(energy)
-        loss = energy.sum() / (self.posterior.num_data or x.shape[0])  # per-point scale for the optimiser
-        self.log_train({"train/loss": loss.detach()}, prog_bar=("train/loss",))
-        return loss
 
     # ------------------------------------------------------------ snapshots
     def on_train_epoch_end(self) -> None:
