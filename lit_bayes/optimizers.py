@@ -7,7 +7,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["OPTIMIZERS", "DirectFusedAdam", "check_optimizer_name", "make_optimizer"]
+from lit_bayes.validation import check_positive
+
+__all__ = ["OPTIMIZERS", "DirectFusedAdam", "check_optimizer_arguments", "check_optimizer_name", "make_optimizer"]
 
 # every torch optimiser that steps without a closure, by lower-case class name ("adam", "sgd", "adamw", ...)
 OPTIMIZERS = {
@@ -96,6 +98,17 @@ def check_optimizer_name(name: str) -> None:
     """Raise ``ValueError`` naming the ``optimizer`` argument unless ``name`` is in :data:`OPTIMIZERS`."""
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {name!r}")
+
+
+def check_optimizer_arguments(
+    optimizer: str, lr: float, optimizer_options: Mapping[str, Any] | None
+) -> tuple[str, float, dict[str, Any]]:
+    """A module's ``optimizer``, ``lr`` and ``optimizer_options`` arguments checked (``ValueError`` naming the
+    argument) and returned as the name, ``float(lr)`` and a copy of the options."""
+    check_optimizer_name(optimizer)
+    if optimizer_options is not None and not isinstance(optimizer_options, Mapping):
+        raise ValueError(f"optimizer_options must be a dict of {optimizer}'s arguments, got {optimizer_options!r}")
+    return optimizer, check_positive("lr", lr), dict(optimizer_options or {})
 
 
 def make_optimizer(name: str, params: Iterable[Tensor], lr: float, options: Mapping[str, Any] | None = None):

@@ -12,11 +12,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lit_bayes import MAP, SGMCMC, Bernoulli, Categorical, Gaussian, GaussianPrior, Posterior
+from lit_bayes import MAP, OHSMC, SGMCMC, SWAG, Bernoulli, Categorical, Gaussian, GaussianPrior, MeanFieldVB, Posterior
 from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal
 from lit_bayes.chains import ChainState
 from lit_bayes.data import LinearRegression, TwoMoons
-from lit_bayes.models import MLP
+from lit_bayes.models import MLP, PartialMLP
 from lit_bayes.predictive import marginal_predictive, uniform_log_weights
 from lit_bayes.schedules import StepSizeSchedule
 
@@ -245,11 +245,18 @@ def test_sampler_rejects_non_likelihood():
         ({"lr": 0.0}, "lr must be a finite number > 0, got 0.0"),
         ({"lr": -0.1}, "lr must be a finite number > 0, got -0.1"),
         ({"lr": "0.1"}, "lr must be a finite number > 0, got '0.1'"),
+        ({"optimizer_options": 0.9}, "optimizer_options must be a dict of adam's arguments, got 0.9"),
     ],
 )
-def test_map_rejects_bad_optimizer_settings(kwargs, message):
+@pytest.mark.parametrize("build", [
+    lambda **kw: MAP(nn.Linear(3, 1), Gaussian(), **kw),
+    lambda **kw: SWAG(nn.Linear(3, 1), Gaussian(), **kw),
+    lambda **kw: OHSMC(PartialMLP([3, 4, 1], 1), Gaussian(), num_particles=4, **kw),
+    lambda **kw: MeanFieldVB(PartialMLP([3, 4, 1], 1), Gaussian(), **kw),
+], ids=["map", "swag", "ohsmc", "vb"])
+def test_optimisers_reject_bad_optimizer_settings(build, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        MAP(nn.Linear(3, 1), Gaussian(), **kwargs)
+        build(**kwargs)
 
 
 # ----------------------------------------------------------------- prior and posterior

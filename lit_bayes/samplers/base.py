@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import lightning as L
@@ -149,8 +150,9 @@ class SamplerModule(L.LightningModule):
     independent_chains = True
     keeps_draws = True
     #: the random streams, each seeded apart from the others (:meth:`stream_generator`): the
-    #: chains' initial states, the stepper's moves, initial latents, structure masks/buffer draws
-    STREAMS = {"init": 0, "stepper": 1, "latents": 2, "structure": 3}
+    #: chains' initial states, the stepper's moves, initial latents, structure masks/buffer draws,
+    #: the fixed draws of a fitted distribution's predictions (:meth:`fixed_standard_normals`)
+    STREAMS = {"init": 0, "stepper": 1, "latents": 2, "structure": 3, "predictive": 4}
 
     def __init__(
         self,
@@ -206,6 +208,7 @@ class SamplerModule(L.LightningModule):
         self._pending_generator_states: dict[str, Tensor] = {}
         self.predict_chunk_size: int | None = None  # samples per chunk in predict_step (None: sized to the batch)
         self._predict_samples: tuple[dict[str, Tensor], Tensor] | None = None
+        self._fixed_normals: tuple[tuple | None, dict[str, Tensor]] = (None, {})  # (key, draws)
         self._nvml_probe_skipped = False  # setup() switched torch's NVML probe off, teardown() on
         # a training batch that comes back unmodified (a full batch): its device copy, and its checks passed
         self._device_batch: DerivedFrom[tuple[Tensor, ...]] = DerivedFrom()
@@ -330,6 +333,19 @@ class SamplerModule(L.LightningModule):
             raise ValueError(f"unknown random stream {stream!r}; the streams are {sorted(self.STREAMS)}")
         device = self.device if device is None else device
         return torch.Generator(device=device).manual_seed(rank_seed(self.seed, self.stream_rank, self.STREAMS[stream]))
+
+    def fixed_standard_normals(self, shapes: Mapping[str, tuple[int, ...]], like: Tensor) -> dict[str, Tensor]:
+        """Standard-normal draws of the given ``shapes`` (by name) from the ``"predictive"`` stream, the same on
+        every call, in ``like``'s dtype and on its device. They are drawn once on the CPU, so they do not depend
+        on the device. A sampler that predicts with draws of a fitted distribution (VB's q, SWAG's Gaussian)
+        uses them, so the same distribution always gives the same predictive and a validation metric compares
+        distributions, not noise."""
+        key = (like.device, like.dtype, tuple(shapes.items()))
+        if self._fixed_normals[0] != key:
+            gen = self.stream_generator("predictive", torch.device("cpu"))
+            self._fixed_normals = (key, {name: torch.randn(shape, generator=gen, dtype=like.dtype).to(like.device)
+                                         for name, shape in shapes.items()})
+        return self._fixed_normals[1]
 
     def make_generator(self, stream: str = "stepper") -> torch.Generator:
         """The checkpointed generator of ``stream`` (:meth:`stream_generator`), restored from a

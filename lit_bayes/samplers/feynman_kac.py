@@ -26,9 +26,9 @@ from torch import Tensor
 
 from lit_bayes.models.partial_bnn import PartialBNN
 from lit_bayes.models.sequential_backprop import Tape
-from lit_bayes.optimizers import check_optimizer_name, make_optimizer
+from lit_bayes.optimizers import check_optimizer_arguments, make_optimizer
 from lit_bayes.posterior import Likelihood, Prior
-from lit_bayes.samplers.base import SamplerModule
+from lit_bayes.samplers.partial_bnn_sampler import PartialBNNSampler
 from lit_bayes.schedules import exponential_decay
 from lit_bayes.steppers.feynman_kac import Cloud, FeynmanKacStepper, OHSMCStepper, SGSMCStepper
 from lit_bayes.steppers.smc import Reweighted
@@ -37,7 +37,7 @@ from lit_bayes.validation import check_bool, check_int, check_positive
 __all__ = ["OHSMC", "SGSMC"]
 
 
-class FeynmanKacSampler(SamplerModule):
+class FeynmanKacSampler(PartialBNNSampler):
     """Shared state and psi-update of the Feynman-Kac samplers.
 
     The particles are the module's chains (``num_particles`` of them, drawn from the tempered
@@ -87,7 +87,6 @@ class FeynmanKacSampler(SamplerModule):
     """
 
     predict_with_current_state = True
-    independent_chains = False
 
     KERNELS: tuple[str, ...] = ()  # the moves a subclass allows; the first is its default
     STEPPER: type[FeynmanKacStepper]  # the algorithm box
@@ -119,16 +118,6 @@ class FeynmanKacSampler(SamplerModule):
         kernel = self.KERNELS[0] if kernel is None else kernel
         if kernel not in self.KERNELS:
             raise ValueError(f"kernel must be one of {self.KERNELS} for {type(self).__name__}, got {kernel!r}")
-        if not isinstance(model, PartialBNN):
-            raise ValueError(f"model must be a lit_bayes.models.PartialBNN, got {type(model).__name__}")
-        if not model.deterministic_names:
-            # psi is what these samplers train; without it there is no optimiser step, which is also what
-            # advances Lightning's step count (burn-in, thinning, max_steps) under manual optimisation
-            raise ValueError(
-                f"{type(self).__name__} trains the deterministic parameters psi of the PartialBNN, but its "
-                f"stochastic={model.stochastic_names} covers every parameter, leaving psi empty: keep some "
-                "parameters deterministic, or sample the whole network with SGMCMC, HMC or BlockGibbs"
-            )
         check_int("num_particles", num_particles, 1)
         super().__init__(
             model=model, likelihood=likelihood, prior=prior, num_data=num_data, temperature=temperature,
@@ -136,28 +125,20 @@ class FeynmanKacSampler(SamplerModule):
             init="template",  # initial_state draws phi_0 from the tempered prior
             vectorize=vectorize, num_draws=num_draws,
         )
-        check_optimizer_name(optimizer)
-        self.lr = check_positive("lr", lr)
+        self.optimizer_name, self.lr, self.optimizer_options = check_optimizer_arguments(optimizer, lr,
+                                                                                          optimizer_options)
         self.lr_decay = check_positive("lr_decay", lr_decay)
         self.lr_decay_steps = check_int("lr_decay_steps", lr_decay_steps, 1)
         self.stepper = self.STEPPER(self.posterior, kernel, kernel_options, resampling, ess_threshold)
-        self.optimizer_name = optimizer
-        self.optimizer_options = dict(optimizer_options or {})
         self.hand_backprop = check_bool("hand_backprop", hand_backprop)
         # the last taped forward ("tape", outputs, targets), in a dict: nn.Module.__setattr__ costs ~25 us a step
         self._taped: dict[str, tuple[Tape, Tensor, Tensor]] = {}
-        for p in model.deterministic_parameters():
-            p.requires_grad_(True)
         self.register_buffer("log_weights", torch.full((num_particles,), -math.log(num_particles)))
         self.register_buffer("log_evidence", torch.zeros(()))
         self.last_reweight: Reweighted | None = None
         self.automatic_optimization = False
 
     # ---------------------------------------------------------------- state
-    @property
-    def stream_rank(self) -> int:
-        return 0  # identical particles on every process
-
     @property
     def num_particles(self) -> int:
         return self.num_chains
@@ -166,10 +147,6 @@ class FeynmanKacSampler(SamplerModule):
     def kernel(self):
         """The move of the stepper."""
         return self.stepper.kernel
-
-    def template_parameters(self) -> dict[str, Tensor]:
-        """phi only: the particles are draws of the stochastic part."""
-        return {f"net.{n}": p for n, p in self.model.stochastic_parameters().items()}
 
     def initial_state(self, generator: torch.Generator) -> dict[str, Tensor]:
         """phi_0^j ~ pi^{1/T} (Algorithms 2-3, line 1)."""
@@ -194,13 +171,6 @@ class FeynmanKacSampler(SamplerModule):
         return make_optimizer(self.optimizer_name, self.model.deterministic_parameters(), self.lr, self.optimizer_options)
 
     # -------------------------------------------------------------- pieces
-    def outputs(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
-        """Outputs ``(J, B, ...)`` of the particles ``params`` under the current psi: batched
-        (:meth:`PartialBNN.particle_forward`), or with ``vectorize=False`` the reference loop."""
-        phi, _ = self.split_parameters(params)
-        forward = self.model.particle_forward if self.vectorize else self.model.particle_forward_loop
-        return forward(phi, x)
-
     def point_log_likelihoods(self, particles: Mapping[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
         """``log p(y_i | x_i, phi^j; psi)`` for every particle and point, ``(J, B)``."""
         return self.log_likelihood(particles, self.outputs(particles, x), y)

@@ -6,10 +6,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from lit_bayes.optimizers import check_optimizer_name, make_optimizer
+from lit_bayes.optimizers import check_optimizer_arguments, make_optimizer
 from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.samplers.base import SamplerModule
-from lit_bayes.validation import check_positive
 
 __all__ = ["MAP"]
 
@@ -53,11 +52,8 @@ class MAP(SamplerModule):
             minibatch_scaling=minibatch_scaling, num_chains=num_chains, burn_in=0, thinning=1, seed=seed, init=init,
             vectorize=vectorize,
         )
-        check_optimizer_name(optimizer)
-        check_positive("lr", lr)
-        self.optimizer_name = optimizer
-        self.lr = float(lr)
-        self.optimizer_options = dict(optimizer_options or {})
+        self.optimizer_name, self.lr, self.optimizer_options = check_optimizer_arguments(optimizer, lr,
+                                                                                          optimizer_options)
 
     def configure_optimizers(self):
         self.make_generator()

@@ -24,7 +24,6 @@ from torch import Tensor, nn
 
 from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.predictive import uniform_log_weights
-from lit_bayes.samplers.base import SamplerModule
 from lit_bayes.samplers.map import MAP
 from lit_bayes.validation import check_int
 
@@ -55,7 +54,6 @@ class SWAG(MAP):
 
     predict_with_current_state = True  # predictions draw from the current Gaussian
     independent_chains = False  # one Gaussian: nothing to compare across chains
-    STREAMS = {**SamplerModule.STREAMS, "predictive": 4}  # the fixed draws of current_samples
     VARIANTS = ("low_rank", "diagonal")
 
     def __init__(
@@ -87,7 +85,6 @@ class SWAG(MAP):
         self.register_buffer("mean", torch.zeros(size))
         self.register_buffer("square_mean", torch.zeros(size))
         self.register_buffer("deviations", torch.zeros(self.max_rank, size))  # a ring, row snapshots % max_rank
-        self._fixed_noise: dict[tuple, tuple[Tensor, Tensor]] = {}
 
     @property
     def stream_rank(self) -> int:
@@ -127,13 +124,9 @@ class SWAG(MAP):
         log-weights; the current parameters alone before two snapshots."""
         if int(self.snapshots) < 2:
             return super().current_samples()
-        key = (self.mean.device, self.mean.dtype)
-        if key not in self._fixed_noise:
-            gen = self.stream_generator("predictive", torch.device("cpu"))
-            white = torch.randn(self.num_samples, self.mean.numel(), generator=gen, dtype=self.mean.dtype)
-            low_rank = torch.randn(self.num_samples, self.max_rank, generator=gen, dtype=self.mean.dtype)
-            self._fixed_noise = {key: (white.to(self.mean.device), low_rank.to(self.mean.device))}
-        white, low_rank = self._fixed_noise[key]
+        noise = self.fixed_standard_normals({"white": (self.num_samples, self.mean.numel()),
+                                             "low_rank": (self.num_samples, self.max_rank)}, self.mean)
+        white, low_rank = noise["white"], noise["low_rank"]
         with torch.no_grad():
             if self.variant == "diagonal":
                 draws = self.mean + self.diagonal_variance().sqrt() * white

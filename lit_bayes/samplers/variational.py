@@ -21,16 +21,16 @@ from torch import Tensor
 
 from lit_bayes.chains import ChainState
 from lit_bayes.models.partial_bnn import PartialBNN
-from lit_bayes.optimizers import check_optimizer_name, make_optimizer
+from lit_bayes.optimizers import check_optimizer_arguments, make_optimizer
 from lit_bayes.posterior import Likelihood, Prior
 from lit_bayes.predictive import uniform_log_weights
-from lit_bayes.samplers.base import SamplerModule
-from lit_bayes.validation import check_int, check_positive
+from lit_bayes.samplers.partial_bnn_sampler import PartialBNNSampler
+from lit_bayes.validation import check_int
 
 __all__ = ["MeanFieldVB"]
 
 
-class MeanFieldVB(SamplerModule):
+class MeanFieldVB(PartialBNNSampler):
     """Mean-field Gaussian VB over a partial BNN's phi, psi fitted jointly (feynman-kac spec §5).
 
     One training step on a minibatch: ``num_train_samples`` reparameterised draws of q, the loss
@@ -57,9 +57,7 @@ class MeanFieldVB(SamplerModule):
     """
 
     predict_with_current_state = True  # predictions draw from the current q
-    independent_chains = False  # one q: nothing to compare across chains
     keeps_draws = False  # an optimiser of q: no Markov chain, no kept draws
-    STREAMS = {**SamplerModule.STREAMS, "predictive": 4}  # the fixed draws of current_samples
 
     def __init__(
         self,
@@ -76,14 +74,6 @@ class MeanFieldVB(SamplerModule):
         temperature: float = 1.0,
         seed: int = 0,
     ) -> None:
-        if not isinstance(model, PartialBNN):
-            raise ValueError(f"model must be a lit_bayes.models.PartialBNN, got {type(model).__name__}")
-        if not model.deterministic_names:
-            raise ValueError(
-                f"MeanFieldVB fits the deterministic parameters psi of the PartialBNN jointly with q(phi), but its "
-                f"stochastic={model.stochastic_names} covers every parameter, leaving psi empty: keep some "
-                "parameters deterministic"
-            )
         super().__init__(
             model=model, likelihood=likelihood, prior=prior, num_data=num_data, temperature=temperature,
             minibatch_scaling="rescaled", num_chains=1, seed=seed, init="template",
@@ -92,31 +82,12 @@ class MeanFieldVB(SamplerModule):
         self.num_samples = check_int("num_samples", num_samples, 1)
         if not math.isfinite(init_log_variance):
             raise ValueError(f"init_log_variance must be finite, got {init_log_variance!r}")
-        check_optimizer_name(optimizer)
-        self.optimizer_name = optimizer
-        self.lr = check_positive("lr", lr)
-        self.optimizer_options = dict(optimizer_options or {})
-        for p in model.deterministic_parameters():
-            p.requires_grad_(True)
+        self.optimizer_name, self.lr, self.optimizer_options = check_optimizer_arguments(optimizer, lr,
+                                                                                          optimizer_options)
         means = self.initial_state(torch.Generator())  # the template: m = the model's phi
         self.chains = ChainState(means)
         self.log_variances = ChainState({name: torch.full_like(m, float(init_log_variance))
                                          for name, m in means.items()})
-        self._fixed_noise: dict[tuple, dict[str, Tensor]] = {}
-
-    @property
-    def stream_rank(self) -> int:
-        return 0  # one q, the same on every process
-
-    def template_parameters(self) -> dict[str, Tensor]:
-        """phi only: q is a distribution over the stochastic part."""
-        return {f"net.{n}": p for n, p in self.model.stochastic_parameters().items()}
-
-    def outputs(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
-        """Outputs ``(S, B, ...)`` of the draws ``params`` of phi under the current psi
-        (:meth:`PartialBNN.particle_forward`)."""
-        phi, _ = self.split_parameters(params)
-        return self.model.particle_forward(phi, x)
 
     def configure_optimizers(self):
         self.make_generator()
@@ -147,13 +118,11 @@ class MeanFieldVB(SamplerModule):
     def current_samples(self) -> tuple[dict[str, Tensor], Tensor]:
         """``num_samples`` draws of the current q (the same standard-normal draws every call) with uniform
         log-weights."""
-        first = next(iter(self.chains.as_dict().values()))
-        key = (first.device, first.dtype)
-        if key not in self._fixed_noise:
-            noise = self.standard_normal(self.num_samples, self.stream_generator("predictive", torch.device("cpu")))
-            self._fixed_noise = {key: {n: e.to(first.device) for n, e in noise.items()}}
+        means = self.chains.as_dict()
+        first = next(iter(means.values()))
+        noise = self.fixed_standard_normals({n: (self.num_samples, *m.shape[1:]) for n, m in means.items()}, first)
         with torch.no_grad():
-            phi, _ = self.sample_q(self._fixed_noise[key])
+            phi, _ = self.sample_q(noise)
         return phi, uniform_log_weights(self.num_samples, first.device)
 
     # --------------------------------------------------------------- training
