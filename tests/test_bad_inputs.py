@@ -452,3 +452,18 @@ def test_autocorrelation_time_of_a_chain_that_never_moves_is_an_error():
     trace[1] = 0.5
     with pytest.raises(ValueError, match="never moves"):
         integrated_autocorrelation_time(trace)
+
+
+def test_generic_outputs_reject_template_names_the_model_does_not_have():
+    """A sampler that names a partial BNN's phi relative to its wrapped network (``net.2.weight`` for the model's
+    ``net.net.2.weight``) but keeps the generic outputs would evaluate the template phi for every chain."""
+
+    class NetRelativeNames(SGMCMC):
+        def template_parameters(self):
+            return {f"net.{n}": p for n, p in self.model.stochastic_parameters().items()}
+
+    model = PartialMLP([2, 4, 3, 1], 1)
+    with pytest.raises(ValueError, match=r"names \['net.2.bias', 'net.2.weight'\], which are no parameters of the "
+                                         r"model .*subclass PartialBNNSampler"):
+        NetRelativeNames(model, Gaussian(), num_data=10).setup("fit")
+    SGMCMC(model, Gaussian(), num_data=10).setup("fit")  # the model's own names

@@ -225,6 +225,24 @@ class SamplerModule(L.LightningModule):
             raise ValueError("model and likelihood have no parameters to sample")
         return named
 
+    def check_template_names(self) -> None:
+        """Raise ``ValueError`` if a sampler that keeps the generic :meth:`outputs` names a sampled parameter other
+        than ``net.<the model's own name>`` or ``likelihood.<the likelihood's>``: ``functional_call`` would ignore
+        it and silently use the model's own value (a partial BNN's phi named relative to its wrapped network is
+        the known case; :class:`~lit_bayes.samplers.partial_bnn_sampler.PartialBNNSampler` evaluates those)."""
+        if type(self).outputs is not SamplerModule.outputs:
+            return
+        known = {f"net.{n}" for n, _ in self.model.named_parameters()}
+        known |= {f"likelihood.{n}" for n, _ in self.likelihood.named_parameters()}
+        unknown = sorted(set(self.template_parameters()) - known)
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}.template_parameters() names {unknown}, which are no parameters of the model "
+                "('net.' + its named_parameters()) or of the likelihood ('likelihood.' + its own): the generic "
+                "outputs would ignore them and use the model's own values; name them as the model does, or "
+                "override outputs (for a PartialBNN's phi: subclass PartialBNNSampler)"
+            )
+
     def initial_state(self, generator: torch.Generator) -> dict[str, Tensor]:
         """Stacked initial parameters of every chain, following ``init``."""
         state = {n: p.detach().unsqueeze(0).repeat(self.num_chains, *([1] * p.dim()))
@@ -256,6 +274,7 @@ class SamplerModule(L.LightningModule):
             if num_train is not None:
                 self.posterior.num_data = int(num_train)
         if self.chains is None:
+            self.check_template_names()
             self.chains = ChainState(self.initial_state(self.stream_generator("init", torch.device("cpu"))))
         if stage == "fit":
             self.check_model_fits_data()
