@@ -205,3 +205,31 @@ def test_mnist_recipe_runs_at_tiny_size(tmp_path):
         assert 0.0 <= summary["metrics"][name] < 10.0, name
     assert summary["metrics"]["best/val/nlpd"] <= summary["metrics"]["val/nlpd"] + 1e-6
     assert len(list((tmp_path / "run").rglob("*.ckpt"))) == 1
+
+
+def test_mnist_vb_and_swag_baselines_run_through_their_scripts_at_tiny_size(tmp_path):
+    """Table 4's VB row (``run_table.py --method vb``) and SWAG row (``run_baselines.py``: MAP, then SWAG from
+    its phi with psi fixed) on files in MNIST's own format."""
+    write_mnist(tmp_path, "MNIST", n_train=24, n_test=12)
+    data = ["--data.init_args.root", str(tmp_path), "--data.init_args.num_val", "4", "--data.init_args.batch_size",
+            "10", *QUIET]
+    subprocess.run([sys.executable, str(RECIPES / "run_table.py"), "mnist", "--method", "vb", "--seeds", "1",
+                    "--root", str(tmp_path / "tables"), "--trainer.max_epochs", "1", *data,
+                    "--model.init_args.num_train_samples", "2", "--model.init_args.num_samples", "4",
+                    "--model.init_args.model.init_args.max_images", "20"],
+                   cwd=ROOT, check=True, capture_output=True, text=True)
+    vb = json.loads((tmp_path / "tables" / "mnist" / "vb" / "table.json").read_text())
+    assert vb["rows"]["NLPD"]["paper_mean"] == 0.0453 and vb["verdicts"] == {"seed 0": "ok"}
+    summary = json.loads((tmp_path / "tables" / "mnist" / "vb" / "seed_0" / "summary.json").read_text())
+    assert summary["sampler"] == "MeanFieldVB" and summary["steps"] == 2  # 20 training images, batch 10
+    assert summary["metrics"]["best/val/nlpd"] <= summary["metrics"]["val/nlpd"] + 1e-6
+    subprocess.run([sys.executable, str(RECIPES / "run_baselines.py"), "mnist", "swag", "--seeds", "1",
+                    "--epochs", "1", "--swag-epochs", "3", "--root", str(tmp_path / "baselines"), *data],
+                   cwd=ROOT, check=True, capture_output=True, text=True)
+    swag = json.loads((tmp_path / "baselines" / "mnist" / "swag.json").read_text())
+    assert swag["verdicts"] == {"seed 0 stage 1": "ok", "seed 0 SWAG": "ok"}
+    assert swag["rows"]["Acc."]["paper_mean"] == 0.9776
+    summary = json.loads((tmp_path / "baselines" / "mnist" / "swag" / "swag" / "seed_0" / "summary.json").read_text())
+    assert summary["sampler"] == "SWAG" and summary["steps"] == 6  # 3 epochs of 2 batches: 3 snapshots
+    for name in ("test/nlpd", "test/ece_per_sample", "test/accuracy_per_sample"):
+        assert 0.0 <= summary["metrics"][name] < 10.0, name
