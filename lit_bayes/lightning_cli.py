@@ -115,6 +115,37 @@ class LitBayesCLI(LightningCLI):
         parser.add_lightning_class_args(ProgressLog, "progress_log")
         parser.set_defaults({"checkpoint.save_last": True, "checkpoint.save_on_train_epoch_end": True})
 
+    def _parse_ckpt_path(self) -> None:
+        """Lightning's LightningCLI replaces the model's arguments by the hyperparameters saved in ``--ckpt_path``'s
+        checkpoint, which would drop a value this command gives (``test --model.init_args.variant diagonal``)
+        without a word. ``validate``, ``test`` and ``predict`` evaluate the checkpoint with the command's values;
+        a resumed ``fit`` keeps the checkpoint's (the chain continues as it was saved). Either way each argument
+        whose two values differ is named in a warning."""
+        subcommand = self.config.get("subcommand")
+        given = self._model_arguments()
+        super()._parse_ckpt_path()
+        saved = self._model_arguments()
+        differ = sorted(name for name in given.keys() & saved.keys() if given[name] != saved[name])
+        if not differ:
+            return
+        pairs = ", ".join(f"{name}: {given[name]!r} given, {saved[name]!r} saved" for name in differ)
+        if subcommand == "fit":
+            warnings.warn(f"fit --ckpt_path resumes with the checkpoint's model arguments, not the command's ({pairs}): "
+                          "a resumed chain continues as it was saved; start a new run to change them", stacklevel=2)
+            return
+        init_args = self.config[subcommand]["model"]["init_args"]
+        for name in differ:
+            init_args[name] = given[name]
+        warnings.warn(f"{subcommand} evaluates the checkpoint with the command's model arguments, not those saved "
+                      f"in it ({pairs})", stacklevel=2)
+
+    def _model_arguments(self) -> dict:
+        """The model's top-level ``init_args`` of the current subcommand's config, by name."""
+        subcommand = self.config.get("subcommand")
+        model = self.config.get(subcommand, {}).get("model") if subcommand else None
+        init_args = model.get("init_args") if model is not None and hasattr(model, "get") else None
+        return dict(vars(init_args)) if init_args is not None else {}
+
     def before_instantiate_classes(self) -> None:
         """Set the CPU threads; checkpoints hold tensors and plain values only: load them with ``weights_only``;
         a ``--ckpt_path`` with no file there fails here, before the log directory is made."""
