@@ -130,8 +130,9 @@ class LitBayesCLI(LightningCLI):
             return
         pairs = ", ".join(f"{name}: {given[name]!r} given, {saved[name]!r} saved" for name in differ)
         if subcommand == "fit":
-            warnings.warn(f"fit --ckpt_path resumes with the checkpoint's model arguments, not the command's ({pairs}): "
-                          "a resumed chain continues as it was saved; start a new run to change them", stacklevel=2)
+            warnings.warn(f"fit --ckpt_path resumes with the checkpoint's model arguments, not the command's "
+                          f"({pairs}): a resumed chain continues as it was saved; start a new run to change them",
+                          stacklevel=2)
             return
         init_args = self.config[subcommand]["model"]["init_args"]
         for name in differ:
