@@ -325,6 +325,15 @@ def library_error(error: BaseException) -> BaseException | None:
     return None
 
 
+def make_cli(args: Sequence[str] | None, **options) -> LitBayesCLI:
+    """The ``lit-bayes`` CLI on ``args``: any sampler under ``--model``, any DataModule under ``--data``, the config
+    file overwritten in the run directory, optimisers configured by the samplers themselves. ``options`` go to
+    :class:`LitBayesCLI` (``run=False`` parses and instantiates without running a subcommand)."""
+    return LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+                       save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
+                       args=None if args is None else list(args), **options)
+
+
 def run(args: list[str] | None = None) -> None:
     """The ``lit-bayes`` command (:func:`lit_bayes.cli.main`) with the full CLI. A bad argument or data set
     (a ``ValueError`` or ``FloatingPointError`` of the library, a command line the parser rejects, Trainer
@@ -333,16 +342,7 @@ def run(args: list[str] | None = None) -> None:
     its traceback."""
     quiet_known_noise()
     try:
-        LitBayesCLI(
-            SamplerModule,
-            LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            save_config_kwargs={"overwrite": True},
-            args=args,
-            auto_configure_optimizers=False,
-            parser_kwargs={"exit_on_error": False},  # parse errors raise: reported below, without the usage text
-        )
+        make_cli(args, parser_kwargs={"exit_on_error": False})  # parse errors raise: reported below, without usage
     except (ArgumentError, MisconfigurationException, ValueError, FloatingPointError) as error:
         user_error = isinstance(error, (ArgumentError, MisconfigurationException))
         reported = library_error(error) or (error if user_error else None)
@@ -361,10 +361,8 @@ def fit_and_test(config: str | os.PathLike, overrides: Sequence[str] = (), train
     ``trainer`` (with its callbacks) hold the final chain and the kept samples. ``train_transform``
     replaces the DataModule's (a callable does not go through a config); ``ckpt_path`` continues a run
     from its checkpoint (chain, sample store and step count)."""
-    cli = LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                      save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, run=False,
-                      args=["-c", str(config), "--wandb", "false", "--trainer.enable_progress_bar", "false",
-                            *overrides], resume_from=ckpt_path)
+    cli = make_cli(["-c", str(config), "--wandb", "false", "--trainer.enable_progress_bar", "false", *overrides],
+                   run=False, resume_from=ckpt_path)
     if train_transform is not None:
         cli.datamodule.train_transform = train_transform
     cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)

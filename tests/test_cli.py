@@ -77,15 +77,10 @@ def test_wandb_offline_run_holds_the_logged_metrics(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args, rate", [([], 50), (["--progress_every", "7"], 7)])
 def test_progress_bar_redraws_every_progress_every_batches(tmp_path, args, rate):
-    from lightning.pytorch import LightningDataModule
+    from lit_bayes.lightning_cli import make_cli
 
-    from lit_bayes.cli import LitBayesCLI
-    from lit_bayes.samplers import SamplerModule
-
-    cli = LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                      auto_configure_optimizers=False, run=False,
-                      args=["-c", str(RECIPES / "main.yaml"), "--wandb", "false",
-                            "--trainer.default_root_dir", str(tmp_path), *args])
+    cli = make_cli(["-c", str(RECIPES / "main.yaml"), "--wandb", "false", "--trainer.default_root_dir", str(tmp_path),
+                    *args], run=False)
     assert cli.trainer.progress_bar_callback.refresh_rate == rate
 
 

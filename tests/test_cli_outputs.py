@@ -202,21 +202,16 @@ def test_resumed_run_directory_is_the_checkpoints_run_under_the_same_root(tmp_pa
 def test_a_checkpoint_is_evaluated_with_the_commands_model_arguments_and_resumed_with_its_own(tmp_path):
     """Lightning's CLI replaces the model's arguments by a checkpoint's saved hyperparameters: ``test`` would drop
     a value given on its command line (SWAG's ``variant``, say) without a word."""
-    from lit_bayes.lightning_cli import LitBayesCLI
-    from lit_bayes.samplers import SamplerModule
-
-    def cli(*args):
-        return LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                           save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False, args=list(args))
+    from lit_bayes.lightning_cli import make_cli
 
     settings = ["-c", str(RECIPE), "--trainer.default_root_dir", str(tmp_path), *TINY]
     main(["fit", *settings, "--trainer.max_epochs", "1"])
     checkpoint = str(tmp_path / "version_0" / "checkpoints" / "last.ckpt")
     with pytest.warns(UserWarning, match=r"test evaluates the checkpoint with the command's model arguments, not "
                                          r"those saved in it \(temperature: 2.0 given, 1.0 saved\)"):
-        tested = cli("test", *settings, "--ckpt_path", checkpoint, "--model.init_args.temperature", "2.0")
+        tested = make_cli(["test", *settings, "--ckpt_path", checkpoint, "--model.init_args.temperature", "2.0"])
     assert tested.model.posterior.temperature == 2.0
     with pytest.warns(UserWarning, match=r"fit --ckpt_path resumes with the checkpoint's model arguments"):
-        resumed = cli("fit", *settings, "--trainer.max_epochs", "2", "--ckpt_path", checkpoint,
-                      "--model.init_args.temperature", "2.0")
+        resumed = make_cli(["fit", *settings, "--trainer.max_epochs", "2", "--ckpt_path", checkpoint,
+                            "--model.init_args.temperature", "2.0"])
     assert resumed.model.posterior.temperature == 1.0

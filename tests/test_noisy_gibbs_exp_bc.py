@@ -8,10 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from lightning import LightningDataModule
 
-from lit_bayes.cli import LitBayesCLI, main
-from lit_bayes.samplers.base import SamplerModule
+from lit_bayes.cli import main
+from lit_bayes.lightning_cli import make_cli
 from tests.script_modules import load_script
 from tests.test_data import write_mnist
 
@@ -156,11 +155,9 @@ def test_exp_c_baselines_sample_the_papers_classical_posterior(name, tmp_path):
     paper's -log posterior difference; the fixed steps and the starts are the paper's."""
     delta, precisions, step, leapfrog, init_std = BASELINES[name]
     write_mnist(tmp_path / "data", "MNIST")
-    cli = LitBayesCLI(SamplerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                      auto_configure_optimizers=False, run=False,
-                      args=["-c", str(RECIPES / f"exp_c_{name}.yaml"), "--data.init_args.root", str(tmp_path / "data"),
-                            "--trainer.default_root_dir", str(tmp_path), "--wandb", "false",
-                            "--model.init_args.num_data", "24"])  # the fixture's training images (full batch)
+    cli = make_cli(["-c", str(RECIPES / f"exp_c_{name}.yaml"), "--data.init_args.root", str(tmp_path / "data"),
+                    "--trainer.default_root_dir", str(tmp_path), "--wandb", "false",
+                    "--model.init_args.num_data", "24"], run=False)  # the fixture's training images (full batch)
     sampler, data = cli.model, cli.datamodule
     options = sampler.stepper_options
     assert math.isclose(options["lr"], step, rel_tol=1e-6) and options["num_leapfrog"] == leapfrog
