@@ -12,6 +12,7 @@ from lit_bayes.steppers.truncated_gaussian import (
     SAFE_A,
     SAFE_SHARED,
     _broadcast_shape,
+    _exact_two_pieces,
     _select,
     exact_negative_choice,
     log_ndtr_bounds,
@@ -19,6 +20,7 @@ from lit_bayes.steppers.truncated_gaussian import (
     negative_piece_chosen,
     pre_activation_pieces,
     probit_scores,
+    propose_two_pieces,
     sample_pre_activations,
     standard_normal_above,
     truncated_normal,
@@ -123,6 +125,35 @@ def test_pre_activation_conditional_matches_exact_density(activation, omega, pos
     draws = two_piece_mixture(*pieces, generator(3)).numpy()
     assert np.isfinite(draws).all()
     assert stats.kstest(draws, exact_cdf(activation, omega, post, delta_z, delta_x)).pvalue > KS_P_MIN
+
+
+@pytest.mark.parametrize("activation, omega, post, delta_z, delta_x", CASES)
+def test_exact_draw_without_proposals_matches_exact_density(activation, omega, post, delta_z, delta_x):
+    """The exact draw alone (piece by its mass, then the truncated draw), as where proposals do not pay:
+    every element, no proposal round."""
+    full = lambda v: torch.full((DRAWS,), v, dtype=torch.float64)  # noqa: E731
+    pieces = pre_activation_pieces(activation, full(omega), full(post), delta_z, delta_x)
+    draws, _ = _exact_two_pieces(*pieces, generator(6), torch.float64, True)
+    assert np.isfinite(draws.numpy()).all()
+    assert stats.kstest(draws.numpy(), exact_cdf(activation, omega, post, delta_z, delta_x)).pvalue > KS_P_MIN
+
+
+@pytest.mark.parametrize("activation, omega, post, delta_z, delta_x", CASES)
+def test_accepted_proposals_follow_exact_density_at_the_predicted_rate(activation, omega, post, delta_z, delta_x):
+    """propose_two_pieces alone: the accepted draws have the law of eq. 10, and the share accepted is
+    (M_- + M_+) / (W_- + W_+), each piece's mass on its side over its untruncated mass, computed here with
+    scipy (a 4.5-sigma binomial check)."""
+    full = lambda v: torch.full((DRAWS,), v, dtype=torch.float64)  # noqa: E731
+    pieces = pre_activation_pieces(activation, full(omega), full(post), delta_z, delta_x)
+    draws, rejected = propose_two_pieces(*pieces, generator(7))
+    (m_n, v_n, k_n), (m_p, v_p, k_p) = ([float(t.reshape(-1)[0]) for t in piece] for piece in pieces)
+    log_w = np.array([k_n + 0.5 * math.log(v_n), k_p + 0.5 * math.log(v_p)])
+    log_m = log_w + special.log_ndtr([-m_n / math.sqrt(v_n), m_p / math.sqrt(v_p)])
+    rate = math.exp(np.logaddexp(*log_m) - np.logaddexp(*log_w))
+    accepted = draws[~rejected].numpy()
+    assert abs(accepted.size / DRAWS - rate) <= 4.5 * math.sqrt(rate * (1 - rate) / DRAWS) + 1e-12
+    if accepted.size >= 500:
+        assert stats.kstest(accepted, exact_cdf(activation, omega, post, delta_z, delta_x)).pvalue > KS_P_MIN
 
 
 @pytest.mark.parametrize("activation", ["relu", "sign", "abs", "linear"])
@@ -260,6 +291,27 @@ def test_chunked_layer_draw_keeps_each_element_law(monkeypatch):
         draws = out[..., column].flatten().double().numpy()
         assert stats.kstest(draws, exact_cdf("relu", float(np.float32(w)), float(np.float32(x)), delta_z,
                                              delta_x)).pvalue > KS_P_MIN, column
+
+
+@pytest.mark.parametrize("omega, post, delta_x, proposing_chunks", [(0.3, 0.31, 1e-4, 10), (-0.5, 0.01, 1e-4, 10),
+                                                                (0.1, 0.0, 1e-6, 1)])
+def test_later_chunks_take_proposals_while_they_pay_and_keep_the_law(monkeypatch, omega, post, delta_x,
+                                                                     proposing_chunks):
+    """A ReLU layer in 10 chunks (Delta_Z = 1e-4): an "on" unit (omega, x ~ 0.3) or an "off" one (omega = -0.5,
+    x ~ 0) accepts nearly every proposal, and every chunk takes a round; at omega = 10 sigma above 0 with x = 0
+    measured sharply nearly every proposal is rejected, and only the first chunk proposes (calls counted here).
+    The law holds either way."""
+    import lit_bayes.steppers.truncated_gaussian as module
+
+    calls = []
+    monkeypatch.setattr(module, "CHUNK", DRAWS // 10)
+    monkeypatch.setattr(module, "propose_two_pieces",
+                        lambda *a, propose=module.propose_two_pieces: calls.append(1) or propose(*a))
+    full = lambda v: torch.full((DRAWS,), v)  # noqa: E731
+    out = sample_pre_activations("relu", full(omega), full(post), 1e-4, delta_x, generator(11), torch.empty(DRAWS))
+    assert len(calls) == proposing_chunks
+    cdf = exact_cdf("relu", float(np.float32(omega)), float(np.float32(post)), 1e-4, delta_x)
+    assert stats.kstest(out.double().numpy(), cdf).pvalue > KS_P_MIN
 
 
 def test_branch_free_selection_equals_torch_where():

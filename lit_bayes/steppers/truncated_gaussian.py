@@ -5,8 +5,9 @@
   Rayleigh-proposal rejection beyond it (spec §8 item 2), always in float64; far from the cut-off,
   rejection from the untruncated normal.
 * :func:`two_piece_mixture`: a density made of one Gaussian piece on ``z <= 0`` and another on
-  ``z > 0`` (the pre-activation conditionals, eq. 10), mixture weights in log space, the exact
-  log Phi evaluated only where cheap bounds leave the choice open.
+  ``z > 0`` (the pre-activation conditionals, eq. 10): one round of a rejection sampler without normal
+  CDFs (:func:`propose_two_pieces`), then, for what it rejects, the pieces by their masses in log space,
+  the exact log Phi evaluated only where cheap bounds leave the choice open.
 * :func:`pre_activation_pieces`: those pieces for relu, sign, abs and linear (App. E.1-E.3);
   :func:`sample_pre_activations` draws a whole layer's pre-activations in cache-sized chunks.
 * :func:`probit_scores`: the multinomial-probit output scores given the labels (App. E.4, eqs. 50-51).
@@ -21,14 +22,17 @@ import torch
 from torch import Tensor
 from torch.special import log_ndtr, ndtri
 
-__all__ = ["CHUNK", "DEEP", "PLAIN", "SAFE_A", "SAFE_SHARED", "TAIL", "exact_negative_choice", "log_ndtr_bounds",
-           "log_normal_cdf", "negative_piece_chosen", "pre_activation_pieces", "probit_scores", "row_chunks",
-           "sample_pre_activations", "truncated_normal", "two_piece_mixture"]
+__all__ = ["BRACKET_MIN", "CHUNK", "DEEP", "PLAIN", "PROPOSALS_REJECT", "SAFE_A", "SAFE_SHARED", "TAIL",
+           "exact_negative_choice", "log_ndtr_bounds", "log_normal_cdf", "negative_piece_chosen",
+           "pre_activation_pieces", "probit_scores", "propose_two_pieces", "row_chunks", "sample_pre_activations",
+           "truncated_normal", "two_piece_mixture"]
 
 TAIL = 7.0  # beyond this many std inside the cut-off tail, inverse-CDF sampling loses accuracy in float64
 DEEP = -37.0  # below this, Phi(a) is under float64's normal range: log Phi through log_ndtr
 PLAIN = -1.0  # below this cut-off (in std from the mean), untruncated draws are kept with probability > 84 %
 CHUNK = 1 << 15  # elements per chunk of the elementwise pipelines: their temporaries stay in the core's cache
+PROPOSALS_REJECT = 0.25  # a layer's later chunks take proposal rounds while they reject at most this share
+BRACKET_MIN = 4096  # the exact draw of fewer rejected proposals than this skips the piece-choice bracket
 _ONE_BELOW = 1.0 - 2.0**-53  # largest float64 below 1
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _SLACK = 1e-9  # relative margin on the log Phi bounds, far above float64 rounding
@@ -214,17 +218,69 @@ def two_piece_mixture(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[T
     """Draw from p(z) ∝ exp(k_- - (z - m_-)^2 / 2v_-) on z <= 0 plus exp(k_+ - (z - m_+)^2 / 2v_+) on z > 0.
 
     Each piece is ``(m, v, k)``; the six tensors broadcast together (constant variances may be 0-dim).
-    Piece masses are M = exp(k) sqrt(v) Phi(+-m / sqrt v) (spec §8 item 1): the negative piece is taken
+    One round of :func:`propose_two_pieces` first (no normal CDF); the elements it rejects take the exact
+    draw: piece masses M = exp(k) sqrt(v) Phi(+-m / sqrt v) (spec §8 item 1), the negative piece taken
     when u < p_- = M_- / (M_- + M_+) for u ~ U(0, 1), compared without over- or underflow
-    (:func:`negative_piece_chosen`). Returns float64; ``normal_dtype``: see :func:`standard_normal_above`.
+    (:func:`negative_piece_chosen`), then the truncated draw. Every element's draw is exact either way
+    (an accepted proposal has the law p, and a rejected one is replaced by an independent exact draw).
+    Returns float64; ``normal_dtype``: see :func:`standard_normal_above`.
     """
-    return _draw_two_pieces(negative, positive, generator, normal_dtype, True)[0]
+    return _draw_two_pieces(negative, positive, generator, normal_dtype, True, True)[0]
+
+
+def propose_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
+                       generator: torch.Generator, normal_dtype: torch.dtype = torch.float64) -> tuple[Tensor, Tensor]:
+    """One round of a rejection sampler of :func:`two_piece_mixture`'s density that needs no normal CDF.
+
+    Each piece untruncated, g(z) = exp(k - (z - m)^2 / 2v), has mass W = exp(k) sqrt(2 pi v). Choose the negative
+    piece with probability W_- / (W_- + W_+) = sigmoid(k_- - k_+ + log(v_- / v_+) / 2), draw z from its Gaussian
+    N(m, v) and accept z when it lies on that piece's side of 0 (z <= 0 for the negative one). An accepted z has
+    density sum_c W_c / (W_- + W_+) N(z; m_c, v_c) 1[z on c's side] ∝ g_-(z) 1[z <= 0] + g_+(z) 1[z > 0], the
+    target exactly; the acceptance rate is (M_- + M_+) / (W_- + W_+), the share of the chosen Gaussian on its
+    own side (near 1 at small noise, where each piece's mean lies far on its side of 0). Returns the float64
+    draws and the rejected elements (a bool mask), which the caller must draw again. The candidates are drawn
+    in ``normal_dtype`` (see :func:`standard_normal_above`)."""
+    (m_neg, v_neg, k_neg), (m_pos, v_pos, k_pos) = negative, positive
+    log_odds = (k_neg - k_pos).add_(0.5 * (torch.log(v_neg) - torch.log(v_pos)))
+    shape = _broadcast_shape(m_neg, v_neg, k_neg, m_pos, v_pos, k_pos, log_odds)
+    u = torch.rand(shape, generator=generator, device=log_odds.device, dtype=torch.float64)
+    go_negative = u < torch.sigmoid(log_odds)
+    on_negative = go_negative.to(torch.float64)
+    on_positive = 1.0 - on_negative
+    mean = _select(on_negative, on_positive, m_neg, m_pos)
+    std = _select(on_negative, on_positive, v_neg.sqrt(), v_pos.sqrt())
+    draws = torch.randn(shape, generator=generator, device=log_odds.device, dtype=normal_dtype).double()
+    draws.mul_(std).add_(mean)
+    return draws, (draws <= 0.0) != go_negative
 
 
 def _draw_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
-                     generator: torch.Generator, normal_dtype: torch.dtype, bracket: bool) -> tuple[Tensor, float]:
-    """:func:`two_piece_mixture`, with or without the piece-choice bracket, and the fraction it left open."""
+                     generator: torch.Generator, normal_dtype: torch.dtype, bracket: bool,
+                     propose: bool) -> tuple[Tensor, float, float | None]:
+    """:func:`two_piece_mixture`, with or without the proposal round and the piece-choice bracket (never for
+    fewer than ``BRACKET_MIN`` rejected proposals). Returns the draws, the fraction of the elements left to the
+    exact draw (1 without proposals) and the fraction of those the bracket left open (None where it did not
+    run on them)."""
     negative, positive = (tuple(torch.as_tensor(t, dtype=torch.float64) for t in piece) for piece in (negative, positive))
+    if not propose:
+        draws, open_fraction = _exact_two_pieces(negative, positive, generator, normal_dtype, bracket)
+        return draws, 1.0, open_fraction
+    draws, rejected = propose_two_pieces(negative, positive, generator, normal_dtype)
+    count = int(rejected.sum())
+    if not count:
+        return draws, 0.0, None
+    where, shape = rejected.nonzero(as_tuple=True), draws.shape
+    negative, positive = (tuple(t.expand(shape)[where] if t.dim() else t for t in piece)
+                          for piece in (negative, positive))
+    small = count < BRACKET_MIN  # a few rejected elements: the bracket's ~20 operations cost more than they save
+    draws[where], open_fraction = _exact_two_pieces(negative, positive, generator, normal_dtype, bracket and not small)
+    return draws, count / rejected.numel(), None if small else open_fraction
+
+
+def _exact_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
+                      generator: torch.Generator, normal_dtype: torch.dtype, bracket: bool) -> tuple[Tensor, float]:
+    """The exact draw of :func:`two_piece_mixture` (float64 pieces): the piece by its mass, then the truncated
+    draw; returns it and the fraction of elements the bracket left open."""
     shape = _broadcast_shape(*negative, *positive)
     u = torch.rand(shape, generator=generator, device=negative[0].device, dtype=torch.float64)
     go_negative, open_fraction, phis = _choose_pieces(negative, positive, u, bracket)
@@ -252,15 +308,19 @@ def sample_pre_activations(activation: str, omega: Tensor, post: Tensor, delta_z
     """Draw every pre-activation z ~ P(z | omega, x) (eq. 10) into ``out`` (contiguous, the shape of
     ``omega``), ``CHUNK`` elements at a time so that the float64 temporaries stay in cache; the
     untruncated candidates are drawn in ``out``'s dtype (:func:`standard_normal_above`). The first chunk
-    uses the piece-choice bracket; later chunks skip it once a chunk found it mostly open (large noise,
-    where its bounds cost more than they save)."""
+    takes a round of :func:`propose_two_pieces` and the piece-choice bracket for the exact draws of what it
+    rejects. The chunks of a layer are alike, so later chunks keep each shortcut while it pays: the proposals
+    while they reject at most ``PROPOSALS_REJECT`` (not at large noise or for the linear activation, whose
+    pieces are one Gaussian), the bracket while it leaves at most a quarter of the exact draws open."""
     omega, post, flat = omega.reshape(-1), post.expand_as(omega).reshape(-1), out.view(-1)
-    bracket = True
+    bracket = propose = True
     for start in range(0, flat.numel(), CHUNK):
         part = slice(start, start + CHUNK)
         pieces = pre_activation_pieces(activation, omega[part], post[part], delta_z, delta_x)
-        flat[part], open_fraction = _draw_two_pieces(*pieces, generator, out.dtype, bracket)
-        bracket = open_fraction <= 0.25  # the chunks of a layer are alike: keep the bracket while it decides
+        flat[part], left, open_fraction = _draw_two_pieces(*pieces, generator, out.dtype, bracket, propose)
+        propose = left <= PROPOSALS_REJECT
+        if open_fraction is not None:
+            bracket = open_fraction <= 0.25
     return out
 
 
