@@ -12,7 +12,6 @@ from lit_bayes.steppers.truncated_gaussian import (
     SAFE_A,
     SAFE_SHARED,
     _broadcast_shape,
-    _exact_two_pieces,
     _select,
     exact_negative_choice,
     log_ndtr_bounds,
@@ -128,14 +127,14 @@ def test_pre_activation_conditional_matches_exact_density(activation, omega, pos
 
 
 @pytest.mark.parametrize("activation, omega, post, delta_z, delta_x", CASES)
-def test_exact_draw_without_proposals_matches_exact_density(activation, omega, post, delta_z, delta_x):
-    """The exact draw alone (piece by its mass, then the truncated draw), as where proposals do not pay:
-    every element, no proposal round."""
+def test_layer_draw_with_proposals_matches_exact_density(activation, omega, post, delta_z, delta_x):
+    """sample_pre_activations on one chunk: a proposal round, then the exact draw for what it rejects (with the
+    bracket where 4,096 or more are rejected, without it below), together exact."""
     full = lambda v: torch.full((DRAWS,), v, dtype=torch.float64)  # noqa: E731
-    pieces = pre_activation_pieces(activation, full(omega), full(post), delta_z, delta_x)
-    draws, _ = _exact_two_pieces(*pieces, generator(6), torch.float64, True)
-    assert np.isfinite(draws.numpy()).all()
-    assert stats.kstest(draws.numpy(), exact_cdf(activation, omega, post, delta_z, delta_x)).pvalue > KS_P_MIN
+    out = sample_pre_activations(activation, full(omega), full(post), delta_z, delta_x, generator(6),
+                                 torch.empty(DRAWS, dtype=torch.float64))
+    assert np.isfinite(out.numpy()).all()
+    assert stats.kstest(out.numpy(), exact_cdf(activation, omega, post, delta_z, delta_x)).pvalue > KS_P_MIN
 
 
 @pytest.mark.parametrize("activation, omega, post, delta_z, delta_x", CASES)

@@ -5,9 +5,9 @@
   Rayleigh-proposal rejection beyond it (spec §8 item 2), always in float64; far from the cut-off,
   rejection from the untruncated normal.
 * :func:`two_piece_mixture`: a density made of one Gaussian piece on ``z <= 0`` and another on
-  ``z > 0`` (the pre-activation conditionals, eq. 10): one round of a rejection sampler without normal
-  CDFs (:func:`propose_two_pieces`), then, for what it rejects, the pieces by their masses in log space,
-  the exact log Phi evaluated only where cheap bounds leave the choice open.
+  ``z > 0`` (the pre-activation conditionals, eq. 10), mixture weights in log space, the exact
+  log Phi evaluated only where cheap bounds leave the choice open; :func:`propose_two_pieces`, a
+  rejection sampler of the same density without normal CDFs, exact where it accepts.
 * :func:`pre_activation_pieces`: those pieces for relu, sign, abs and linear (App. E.1-E.3);
   :func:`sample_pre_activations` draws a whole layer's pre-activations in cache-sized chunks.
 * :func:`probit_scores`: the multinomial-probit output scores given the labels (App. E.4, eqs. 50-51).
@@ -218,19 +218,19 @@ def two_piece_mixture(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[T
     """Draw from p(z) ∝ exp(k_- - (z - m_-)^2 / 2v_-) on z <= 0 plus exp(k_+ - (z - m_+)^2 / 2v_+) on z > 0.
 
     Each piece is ``(m, v, k)``; the six tensors broadcast together (constant variances may be 0-dim).
-    One round of :func:`propose_two_pieces` first (no normal CDF); the elements it rejects take the exact
-    draw: piece masses M = exp(k) sqrt(v) Phi(+-m / sqrt v) (spec §8 item 1), the negative piece taken
+    Piece masses are M = exp(k) sqrt(v) Phi(+-m / sqrt v) (spec §8 item 1): the negative piece is taken
     when u < p_- = M_- / (M_- + M_+) for u ~ U(0, 1), compared without over- or underflow
-    (:func:`negative_piece_chosen`), then the truncated draw. Every element's draw is exact either way
-    (an accepted proposal has the law p, and a rejected one is replaced by an independent exact draw).
-    Returns float64; ``normal_dtype``: see :func:`standard_normal_above`.
+    (:func:`negative_piece_chosen`), then the truncated draw. This is the exact draw of every element;
+    :func:`sample_pre_activations` puts a round of :func:`propose_two_pieces` before it where that pays. Returns
+    float64; ``normal_dtype``: see :func:`standard_normal_above`.
     """
-    return _draw_two_pieces(negative, positive, generator, normal_dtype, True, True)[0]
+    return _draw_two_pieces(negative, positive, generator, normal_dtype, True, False)[0]
 
 
 def propose_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
                        generator: torch.Generator, normal_dtype: torch.dtype = torch.float64) -> tuple[Tensor, Tensor]:
-    """One round of a rejection sampler of :func:`two_piece_mixture`'s density that needs no normal CDF.
+    """One round of a rejection sampler of :func:`two_piece_mixture`'s density that needs no normal CDF
+    (:func:`sample_pre_activations` takes it first, the exact draw for what it rejects).
 
     Each piece untruncated, g(z) = exp(k - (z - m)^2 / 2v), has mass W = exp(k) sqrt(2 pi v). Choose the negative
     piece with probability W_- / (W_- + W_+) = sigmoid(k_- - k_+ + log(v_- / v_+) / 2), draw z from its Gaussian
