@@ -224,7 +224,8 @@ def two_piece_mixture(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[T
     :func:`sample_pre_activations` puts a round of :func:`propose_two_pieces` before it where that pays. Returns
     float64; ``normal_dtype``: see :func:`standard_normal_above`.
     """
-    return _draw_two_pieces(negative, positive, generator, normal_dtype, True, False)[0]
+    negative, positive = (tuple(torch.as_tensor(t, dtype=torch.float64) for t in piece) for piece in (negative, positive))
+    return _exact_two_pieces(negative, positive, generator, normal_dtype, True)[0]
 
 
 def propose_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
@@ -257,11 +258,10 @@ def propose_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[
 def _draw_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
                      generator: torch.Generator, normal_dtype: torch.dtype, bracket: bool,
                      propose: bool) -> tuple[Tensor, float, float | None]:
-    """:func:`two_piece_mixture`, with or without the proposal round and the piece-choice bracket (never for
-    fewer than ``BRACKET_MIN`` rejected proposals). Returns the draws, the fraction of the elements left to the
-    exact draw (1 without proposals) and the fraction of those the bracket left open (None where it did not
-    run on them)."""
-    negative, positive = (tuple(torch.as_tensor(t, dtype=torch.float64) for t in piece) for piece in (negative, positive))
+    """The draw of :func:`sample_pre_activations`' chunk (float64 pieces), with or without the proposal round and
+    the piece-choice bracket (never for fewer than ``BRACKET_MIN`` rejected proposals). Returns the draws, the
+    fraction of the elements left to the exact draw (1 without proposals) and the fraction of those the bracket
+    left open (None where it did not run on them)."""
     if not propose:
         draws, open_fraction = _exact_two_pieces(negative, positive, generator, normal_dtype, bracket)
         return draws, 1.0, open_fraction
