@@ -42,9 +42,9 @@ Since 2026-12-01 the pre-activation draw starts with one round of a rejection sa
 pays near stationarity (~7 % of Exp. A's elements rejected after 2,000 sweeps) and in a chain's first sweeps
 (~50 %: every omega near 0), not at the MNIST size's large noise, whose later chunks skip it. Interleaved in one
 process against the code before (the other core's job paused): Exp. A 0.91x the sweep at the start, 0.89-0.90x
-after 3,000 sweeps; MNIST MLP 0.97-1.06x (equal within the noise). In this benchmark that day: Exp. A 13.6 fwd
-(fwd 0.357 ms), ``exp_a_burnt`` (after ``--burn-in`` 2,000 untimed sweeps) 12.7, MNIST MLP 2.9: the 12 fwd target
-is still missed, by ~1.1x.
+after 3,000 sweeps; MNIST MLP 0.97-1.06x (equal within the noise). In this benchmark that day, three runs: Exp. A
+13.6 / 15.6 / 14.7 fwd (fwd 0.357 / 0.227 / 0.297 ms), ``exp_a_burnt`` (after ``--burn-in`` 2,000 untimed sweeps)
+12.7 / 13.4 / 13.2, MNIST MLP 2.9 (one run): the 12 fwd target is still missed, by 1.1-1.3x.
 
 float32 by default (the authors' default). Timings depend on the machine and its load: nothing
 here asserts on time. Run: ``python benchmarks/noisy_gibbs_sweep.py`` (``--sweeps`` timed repeats
