@@ -246,10 +246,7 @@ def propose_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[
     shape = _broadcast_shape(m_neg, v_neg, k_neg, m_pos, v_pos, k_pos, log_odds)
     u = torch.rand(shape, generator=generator, device=log_odds.device, dtype=torch.float64)
     go_negative = u < torch.sigmoid(log_odds)
-    on_negative = go_negative.to(torch.float64)
-    on_positive = 1.0 - on_negative
-    mean = _select(on_negative, on_positive, m_neg, m_pos)
-    std = _select(on_negative, on_positive, v_neg.sqrt(), v_pos.sqrt())
+    _, _, mean, std = _chosen_piece(go_negative, negative, positive)
     draws = torch.randn(shape, generator=generator, device=log_odds.device, dtype=normal_dtype).double()
     draws.mul_(std).add_(mean)
     return draws, (draws <= 0.0) != go_negative
@@ -284,15 +281,23 @@ def _exact_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[T
     shape = _broadcast_shape(*negative, *positive)
     u = torch.rand(shape, generator=generator, device=negative[0].device, dtype=torch.float64)
     go_negative, open_fraction, phis = _choose_pieces(negative, positive, u, bracket)
-    on_negative = go_negative.to(torch.float64)
-    on_positive = 1.0 - on_negative
-    mean = _select(on_negative, on_positive, negative[0], positive[0])
-    std = _select(on_negative, on_positive, negative[1].sqrt(), positive[1].sqrt())
+    on_negative, on_positive, mean, std = _chosen_piece(go_negative, negative, positive)
     sign = on_positive - on_negative  # the side of 0 the draw lies on
     alpha = (mean * sign).div_(std).neg_()
     mass = None if phis is None else _select(on_negative, on_positive, *phis).mul_(0.5)  # Phi(a) of the piece
     draws = standard_normal_above(alpha, generator, normal_dtype, mass)
     return (sign * std).mul_(draws).add_(mean), open_fraction
+
+
+def _chosen_piece(go_negative: Tensor, negative: tuple[Tensor, Tensor, Tensor],
+                  positive: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The chosen piece per element (``go_negative``: the negative one): its 0/1 weights ``on_negative``,
+    ``on_positive`` (float64, for :func:`_select`) and its mean and standard deviation."""
+    on_negative = go_negative.to(torch.float64)
+    on_positive = 1.0 - on_negative
+    mean = _select(on_negative, on_positive, negative[0], positive[0])
+    std = _select(on_negative, on_positive, negative[1].sqrt(), positive[1].sqrt())
+    return on_negative, on_positive, mean, std
 
 
 def _select(on_first: Tensor, on_second: Tensor, first: Tensor, second: Tensor) -> Tensor:
