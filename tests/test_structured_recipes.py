@@ -12,6 +12,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+import yaml
 
 import lit_bayes.samplers
 from lit_bayes import Gaussian, GaussianPrior
@@ -224,8 +225,11 @@ def test_mixing_study_counts_gradient_evaluations_per_cell(tmp_path, monkeypatch
             "--data.init_args.num_train", "16", "--data.init_args.num_test", "8", "--data.init_args.batch_size", "4",
             "--diagnostics.heldout_size", "8", "--samples.max_draws", "4"]
     results = study.main(args)
-    assert sorted(results) == ["S_d-pSGLD M=42310 rho=0.5", "pSGLD"]
-    base, dropout = results["pSGLD"], results["S_d-pSGLD M=42310 rho=0.5"]
+    assert sorted(results) == ["SGLD", "S_d-pSGLD M=42310 rho=0.5", "pSGLD"]
+    base, dropout, sgld = results["pSGLD"], results["S_d-pSGLD M=42310 rho=0.5"], results["SGLD"]
+    config = yaml.safe_load((tmp_path / "SGLD" / "e2" / "config.yaml").read_text())["model"]["init_args"]
+    assert (config["stepper"], config["step_size"], config["stepper_options"]) == ("sgld", study.SGLD_LR, {})
+    assert sgld["grad_evals_kept"] == 4
     for run in results.values():
         assert run["steps"] == 8 and run["kept_steps"] == 4  # 16 images in batches of 4, 2 epochs, half kept
         assert run["ess_heldout_per_1000"] == pytest.approx(1000 * run["ess_heldout"] / run["grad_evals_kept"])
@@ -233,11 +237,40 @@ def test_mixing_study_counts_gradient_evaluations_per_cell(tmp_path, monkeypatch
     assert base["grad_evals_kept"] == 4 and dropout["grad_evals_kept"] == 3 * 4  # K = 3 composites a step
     assert dropout["ess_heldout_per_1000_vs_pSGLD"] == pytest.approx(
         dropout["ess_heldout_per_1000"] / base["ess_heldout_per_1000"])
+    assert dropout["ess_point_min_per_1000_vs_SGLD"] == pytest.approx(
+        dropout["ess_point_min_per_1000"] / sgld["ess_point_min_per_1000"])
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["results"]["pSGLD"]["ess_heldout"] == base["ess_heldout"]
     written = (tmp_path / "pSGLD" / "e2" / "summary.json").stat().st_mtime_ns
     assert study.main(args) == results  # finished cells are read back, not run again
     assert (tmp_path / "pSGLD" / "e2" / "summary.json").stat().st_mtime_ns == written
+
+
+def test_mixing_study_runs_the_cells_named_and_rejects_unknown_ones(tmp_path, monkeypatch):
+    """--cells runs those cells alone (ratios to a reference not run are missing, not made up);
+    a name not in the grid is an error naming the grid's cells; --sgld-lr 0 leaves SGLD out."""
+    study = load_recipe("mixing_study", monkeypatch)
+    ran = []
+
+    def fake_fit_cell(config, directory, overrides, rerun):
+        ran.append(Path(directory).parent.name)
+        return {"steps": 10, "wall_time_s": 1.0, "health": {"verdict": "ok", "reasons": []},
+                "metrics": {"diag/ess_bulk/heldout_lpd": 5.0, "diag/ess_bulk/point_lpd_0": 2.0,
+                            "test/accuracy": 0.9, "test/nlpd": 0.3}}
+
+    monkeypatch.setattr(study, "fit_cell", fake_fit_cell)
+    base = ["--data", "synthetic", "--epochs", "1", "--max-epochs", "1", "--groups", "all", "--keep-probs", "0.5",
+            "--out", str(tmp_path)]
+    results = study.main([*base, "--cells", "SGLD"])
+    assert ran == ["SGLD"] and list(results) == ["SGLD"]
+    assert results["SGLD"]["ess_heldout_per_1000_vs_pSGLD"] is None
+    assert results["SGLD"]["ess_heldout_per_1000_vs_SGLD"] == pytest.approx(1.0)
+    with pytest.raises(SystemExit):
+        study.main([*base, "--cells", "SGLD,nope"])
+    ran.clear()
+    assert list(study.main([*base, "--sgld-lr", "0"])) == ["pSGLD", "S_d-pSGLD M=42310 rho=0.5"]
+    with pytest.raises(SystemExit):
+        study.main([*base, "--sgld-lr", "-1"])
 
 
 def test_mixing_study_lengthens_a_cell_until_its_verdict_is_ok(tmp_path, monkeypatch):

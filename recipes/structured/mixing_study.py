@@ -1,4 +1,4 @@
-"""S_d mixing in function space (issue 28): ESS per gradient evaluation, S_d-pSGLD against pSGLD.
+"""S_d mixing in function space (issue 28): ESS per gradient evaluation, S_d-pSGLD against pSGLD and SGLD.
 
 The claim (structured SG-MCMC paper, §9.1 / Fig. 3; spec §6.2): S_d-pSGLD mixes faster than
 pSGLD as the group count M grows, less so as the keep-probability rho grows (rho = 0.5 close to
@@ -11,7 +11,8 @@ Each cell is a ``lit-bayes fit`` of ``mnist_mlp.yaml`` (MLP(784, 50, 50, 10), ba
 prior) in ``<out>/<cell>/e<epochs>``. Reported per cell: bulk ESS of ``heldout_lpd`` and the
 smallest over ``point_lpd_*``, the largest function-space R-hat, the gradient evaluations of the
 kept window (steps after the burn-in x K composites a step for S_d, x 1 for pSGLD), ESS per 1,000 of
-them and its ratio to pSGLD's, the health verdict, test accuracy / NLPD and wall time.
+them and its ratios to pSGLD's and SGLD's, the health verdict, test accuracy / NLPD and wall time.
+``--cells`` runs some cells only (a ratio to a reference not run is ``-``).
 
 Reduced setting (one CPU core, a few minutes a cell), against the paper's 500 epochs, K = 300 and
 100,000 draws: 4 chains, ``--epochs`` (40) epochs of 118 steps, the second half kept (every step),
@@ -28,6 +29,11 @@ sit in separate modes, so the study that reaches stationarity is that of the sof
 The step: pSGLD 1e-2 (the paper's LR) with the RMSprop preconditioner adapted throughout, as in the
 authors' code; frozen at the end of the burn-in (the library's default) the chains diverge within
 ~150 steps of the freeze at 1e-2 (``mnist_mlp.yaml`` header).
+Plain SGLD (the cell ``SGLD``, the issue's other reference; ``--sgld-lr 0`` leaves it out): eps =
+``--sgld-lr`` (1e-5) on the same N-scaled energy, no preconditioner. Chosen from 10-epoch runs of the
+softmax regression (2026-12-01): test NLPD 0.278 at 1e-5 and 3e-6 (pSGLD's 2,560-epoch figure: 0.278),
+0.346 at 3e-5 and 0.506 at 1e-4, where the step's bias widens the law; 1e-5 is the largest step
+without that.
 
 Stationarity: a cell whose verdict is not ``ok`` is run again, twice as long, in a new directory,
 up to ``--max-epochs``; every attempt is kept in the JSON (``attempts``), the last one reported.
@@ -62,6 +68,8 @@ from lit_bayes.samplers.base import sampling_steps
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "mnist_mlp.yaml"
 BASE = "pSGLD"
+SGLD = "SGLD"
+SGLD_LR = 1e-5  # the plain SGLD cell's eps (module docstring)
 CLAIM = ("S_d-pSGLD mixes faster (higher ESS) as M grows, less so as rho grows (rho = 0.5 close to pSGLD); "
          "paper: Fig. 3 (b), (c), weight-space IAC / ESS, 500 epochs, K = 300")
 SYNTHETIC = {**FIG3_SYNTHETIC, "data.init_args.num_test": 500}  # the Fig. 3 script's stand-in, a smaller test set
@@ -83,13 +91,18 @@ def parse_keep_probs(text: str) -> list[float]:
     return probs
 
 
-def grid(groups: list[int], keep_probs: list[float], num_masks: int) -> list[tuple[str, int, dict]]:
-    """(name, gradient evaluations a step, overrides of mnist_mlp.yaml) of pSGLD, then S_d-pSGLD for
-    each (M, rho), the finest partition first."""
-    cells = [(BASE, 1, {})]
+def grid(groups: list[int], keep_probs: list[float], num_masks: int,
+         sgld_lr: float | None) -> list[tuple[str, int, dict, dict]]:
+    """(name, gradient evaluations a step, class overrides of mnist_mlp.yaml, stepper overrides) of
+    pSGLD, plain SGLD at step ``sgld_lr`` (none when ``None``), then S_d-pSGLD for each (M, rho), the
+    finest partition first. The class overrides go before the common settings, the stepper ones after."""
+    cells = [(BASE, 1, {}, {})]
+    if sgld_lr is not None:
+        cells.append((SGLD, 1, {}, {"model.init_args.stepper": "sgld", "model.init_args.step_size": sgld_lr,
+                                    "model.init_args.stepper_options": {}}))
     for m in sorted(groups, reverse=True):
         for rho in keep_probs:
-            cells.append((f"S_d-pSGLD M={m} rho={rho:g}", num_masks, dropout_cell(m, rho, num_masks)))
+            cells.append((f"S_d-pSGLD M={m} rho={rho:g}", num_masks, dropout_cell(m, rho, num_masks), {}))
     return cells
 
 
@@ -162,12 +175,18 @@ def main(argv=None):
     parser.add_argument("--num-train", type=int, default=None, help="training images kept (default: all)")
     parser.add_argument("--num-val", type=int, default=1000, help="training images held out (the held-out batch)")
     parser.add_argument("--out", type=Path, default=Path("runs/structured/mixing_study"))
+    parser.add_argument("--sgld-lr", type=float, default=SGLD_LR,
+                        help=f"step eps of the plain SGLD cell (default {SGLD_LR:g}); 0 leaves the cell out")
+    parser.add_argument("--cells", type=lambda text: [c.strip() for c in text.split(",") if c.strip()], default=None,
+                        help='run only these cells of the grid, by name, e.g. "SGLD" (default: all)')
     parser.add_argument("--rerun", action="store_true", help="run cells again even when their summary exists")
     args, extra = parser.parse_known_args(argv)  # the rest goes to lit-bayes
     if args.epochs < 1 or args.max_epochs < args.epochs:
         parser.error(f"--epochs must be >= 1 and --max-epochs >= --epochs, got {args.epochs}, {args.max_epochs}")
     if args.num_masks < 1:
         parser.error(f"--num-masks must be >= 1, got {args.num_masks}")
+    if args.sgld_lr < 0:
+        parser.error(f"--sgld-lr must be >= 0 (0: no SGLD cell), got {args.sgld_lr}")
 
     widths = args.widths or yaml.safe_load(CONFIG.read_text())["model"]["init_args"]["model"]["init_args"]["widths"]
     num_params = sum(p.numel() for p in MLP(widths).parameters())
@@ -180,23 +199,32 @@ def main(argv=None):
               "model.init_args.num_chains": args.chains, "model.init_args.burn_in": args.burn_in,
               "trainer.callbacks": [], "diagnostics.heldout_size": 256, "diagnostics.num_fixed_inputs": 4}
     results = {}
-    for name, passes, cell in grid(checked_groups(args.groups, num_params), parse_keep_probs(args.keep_probs),
-                                   args.num_masks):
+    cells = grid(checked_groups(args.groups, num_params), parse_keep_probs(args.keep_probs), args.num_masks,
+                 args.sgld_lr or None)
+    if args.cells is not None:
+        names = [c[0] for c in cells]
+        unknown = sorted(set(args.cells) - set(names))
+        if unknown:
+            parser.error(f"--cells names cells not in this grid: {unknown}; the grid's cells: {names}")
+        cells = [c for c in cells if c[0] in args.cells]
+    for name, passes, cell, stepper in cells:
         structured = {"model.init_args.buffer_size": args.buffer_size} if cell else {}
         if cell and args.buffer_start is not None:
             structured["model.init_args.buffer_start"] = args.buffer_start
         # the class switch comes first: the structured options then land on StructuredSGMCMC
-        overrides = settings_overrides({**cell, **common, **structured}) + extra
+        overrides = settings_overrides({**cell, **common, **structured, **stepper}) + extra
         attempts = run_cell(args.out / name.replace(" ", "_"), overrides, passes, args)
-        results[name] = {**attempts[-1], "attempts": attempts}
-        r, base = results[name], results[BASE]
-        for key in ("ess_heldout_per_1000", "ess_point_min_per_1000"):
-            r[f"{key}_vs_pSGLD"] = ratio(r[key], base[key])
+        results[name] = r = {**attempts[-1], "attempts": attempts}
+        for reference in (BASE, SGLD):
+            for key in ("ess_heldout_per_1000", "ess_point_min_per_1000"):
+                r[f"{key}_vs_{reference}"] = ratio(r[key], results.get(reference, {}).get(key))
         print(f"{name:<28} e{r['epochs']:<3} grad evals {r['grad_evals_kept']:6d}  "
               f"ESS heldout {fmt(r['ess_heldout'], '7.1f')} "
               f"point min {fmt(r['ess_point_min'], '7.1f')}  per 1000 evals {fmt(r['ess_heldout_per_1000'], '6.2f')} / "
               f"{fmt(r['ess_point_min_per_1000'], '6.2f')} (x{fmt(r['ess_heldout_per_1000_vs_pSGLD'], '.2f')} / "
-              f"x{fmt(r['ess_point_min_per_1000_vs_pSGLD'], '.2f')} pSGLD)  R-hat {fmt(r['rhat_max'], '.3f')}  "
+              f"x{fmt(r['ess_point_min_per_1000_vs_pSGLD'], '.2f')} pSGLD, "
+              f"x{fmt(r['ess_heldout_per_1000_vs_SGLD'], '.2f')} / x{fmt(r['ess_point_min_per_1000_vs_SGLD'], '.2f')} "
+              f"SGLD)  R-hat {fmt(r['rhat_max'], '.3f')}  "
               f"{r['verdict']:<7} acc {r['test_accuracy']:.4f} NLPD {r['test_nlpd']:.4f}  {r['wall_time_s']:.0f} s",
               flush=True)
     print(f"claim: {CLAIM}")
