@@ -55,6 +55,14 @@ and the first compile falls to the first row of two chains or more (the dynamic 
 in the earlier run above: issue 26's 60 s is not met there). Same day, ``--no-naive --sweeps 3 --chains 1 32``:
 130 blocks, 32 chains, eager 1.83 s and fused 0.85 s a sweep (10.5 and 7.7 fwd per chain); 810 blocks 8.94 and
 7.01 s (79.6 and 62.9).
+Tried 2026-12-01 for issue 26's 60 s, not kept (one thread, the other core busy, cold caches): each layer's tail
+as one ``addcmul`` per input unit over all its output units, ``(C, d_out, B)``, instead of one per product. The
+first compile at 8 chains fell from 147.6 to 68.7 s, but in interleaved sweeps in one process the sweep took
+1.075x (8 chains), 1.099x (32) and 1.060x (32, 810 blocks) as long, a cost paid on every sweep of a run against a
+compile paid once per machine (inductor's disk cache). Fusing only the tails of at least 11 or 128 products (layer
+3's 10-product tail or layers 2 and 3 eager) with that form: first compile 56.9 / 66.5 s (8 / 32 chains) and 37.6 s,
+sweep 0.953x / 1.036x and 1.066x. The first compile is mostly fixed costs per graph: ~7 s of C++ compilation, ~3 s
+loading, ~1 s a kernel of code generation with symbolic chain counts, and ~5 s once a process (the CPU's ISA check).
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
 ``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
 """
