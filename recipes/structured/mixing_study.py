@@ -32,7 +32,7 @@ authors' code; frozen at the end of the burn-in (the library's default) the chai
 Plain SGLD (the cell ``SGLD``, the issue's other reference; ``--sgld-lr 0`` leaves it out): eps =
 ``--sgld-lr`` (1e-5) on the same N-scaled energy, no preconditioner. Chosen from 10-epoch runs of the
 softmax regression (2026-12-01): test NLPD 0.278 at 1e-5 and 3e-6 (pSGLD's 2,560-epoch figure: 0.278),
-0.346 at 3e-5 and 0.506 at 1e-4, where the step's bias widens the law; 1e-5 is the largest step
+0.346 at 3e-5 and 0.506 at 1e-4, where the step's bias widens the law; 1e-5 is the largest step tried
 without that.
 
 Stationarity: a cell whose verdict is not ``ok`` is run again, twice as long, in a new directory,
