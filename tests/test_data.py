@@ -92,27 +92,45 @@ def test_shuffle_depends_only_on_seed_and_epoch():
     assert not torch.equal(order(0, 0), order(1, 0))
 
 
+def index_lists(sampler) -> list[list[int]]:
+    """The sampler's batches (int64 tensors) as lists of indices."""
+    return [batch.tolist() for batch in sampler]
+
+
 def test_sampler_order_of_an_epoch_is_the_same_when_recomputed_fresh():
     running = EpochBatchSampler(50, seed=7, batch_size=8)
     history = []
     for epoch in range(4):
         running.set_epoch(epoch)
-        history.append(list(running))
+        history.append(index_lists(running))
     for epoch, seen in enumerate(history):
-        assert list(EpochBatchSampler(50, seed=7, batch_size=8, epoch=epoch)) == seen
+        assert index_lists(EpochBatchSampler(50, seed=7, batch_size=8, epoch=epoch)) == seen
     assert len({str(h) for h in history}) == 4
     assert [len(b) for b in history[0]] == [8] * 6 + [2] and len(running) == 7
     assert sorted(i for b in history[0] for i in b) == list(range(50))
 
 
+def test_a_training_batch_is_one_index_select_of_the_sampler_indices_per_tensor():
+    dm = Tiny(tiny_xy(10))
+    dm.setup()
+    loader = dm.train_dataloader()
+    indices = list(loader.sampler)
+    assert all(i.dtype == torch.int64 and i.dim() == 1 for i in indices)
+    x, y = dm.train_data.tensors
+    for (bx, by), i in zip(loader, indices, strict=True):
+        assert torch.equal(bx, x[i.tolist()]) and torch.equal(by, y[i.tolist()])  # as TensorDataset's list indexing
+    assert torch.equal(dm.train_data[torch.tensor([1, 1, 4])][0], x[[1, 1, 4]])
+    assert torch.equal(dm.train_data[3][0], x[3]) and torch.equal(dm.train_data[[0, 2]][1], y[[0, 2]])  # other indices
+
+
 def test_sampler_shards_cover_the_epoch_with_equal_batch_counts_and_resume_skips_done_batches():
     shards = [EpochBatchSampler(10, seed=1, batch_size=2, epoch=3, num_replicas=3, rank=r) for r in range(3)]
-    batches = [list(s) for s in shards]
+    batches = [index_lists(s) for s in shards]
     assert [len(b) for b in batches] == [2, 2, 2] and all(len(s) == 2 for s in shards)  # 10 padded to 12
     flat = [i for b in batches for batch in b for i in batch]
     assert set(flat) == set(range(10)) and len(flat) == 12
     resumed = EpochBatchSampler(10, seed=1, batch_size=2, epoch=3, num_replicas=3, rank=1, resume_at=(3, 1))
-    assert list(resumed) == batches[1][1:]
+    assert index_lists(resumed) == batches[1][1:]
     resumed.set_epoch(4)  # the skip applies to its epoch only
     assert len(list(resumed)) == 2
     with pytest.raises(ValueError, match="rank"):
