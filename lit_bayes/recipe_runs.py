@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["fit_cell", "fit_run", "health_verdict", "settings_overrides", "verdict_lines"]
+__all__ = ["finished_summary", "fit_cell", "fit_run", "health_verdict", "settings_overrides", "verdict_lines"]
 
 #: runs named one by one in the loud line of :func:`verdict_lines`; the rest are counted
 NAMED_RUNS = 12
@@ -42,15 +42,24 @@ def fit_cell(config: str | os.PathLike, directory: str | os.PathLike, overrides:
     of run again, and an unfinished run (killed or interrupted: no test metrics) continues from its
     ``last.ckpt`` (the same chains, as if never stopped); ``rerun=True`` starts afresh."""
     directory = Path(directory)
+    done = None if rerun else finished_summary(directory)
+    if done is not None:
+        return done
     summary = directory / "summary.json"
-    if not rerun and summary.exists():
-        done = json.loads(summary.read_text())
-        if any(key.startswith("test/") for key in done.get("metrics", {})):
-            return done
     summary.unlink(missing_ok=True)  # a stale, unfinished summary would be merged into
     fit_run([config], directory, ["--trainer.logger", "false", "--summary.directory", str(directory), *overrides],
             resume=not rerun)
     return json.loads(summary.read_text())
+
+
+def finished_summary(directory: str | os.PathLike) -> dict | None:
+    """The ``summary.json`` of the run in ``directory`` when the run finished (its summary holds test
+    metrics), else None."""
+    summary = Path(directory) / "summary.json"
+    if not summary.exists():
+        return None
+    done = json.loads(summary.read_text())
+    return done if any(key.startswith("test/") for key in done.get("metrics", {})) else None
 
 
 def settings_overrides(settings: dict[str, object]) -> list[str]:

@@ -12,7 +12,8 @@ prior) in ``<out>/<cell>/e<epochs>``. Reported per cell: bulk ESS of ``heldout_l
 smallest over ``point_lpd_*``, the largest function-space R-hat, the gradient evaluations of the
 kept window (steps after the burn-in x K composites a step for S_d, x 1 for pSGLD), ESS per 1,000 of
 them and its ratios to pSGLD's and SGLD's, the health verdict, test accuracy / NLPD and wall time.
-``--cells`` runs some cells only (a ratio to a reference not run is ``-``).
+``--cells`` runs some cells only; the grid's other cells are read back from their finished runs under
+``--out`` (the longest of each; a cell without one is left out, and a ratio to it is ``-``).
 
 Reduced setting (one CPU core, a few minutes a cell), against the paper's 500 epochs, K = 300 and
 100,000 draws: 4 chains, ``--epochs`` (40) epochs of 118 steps, the second half kept (every step),
@@ -62,7 +63,7 @@ from mnist_mlp import SYNTHETIC as FIG3_SYNTHETIC
 from mnist_mlp import dropout_cell, parse_groups
 
 from lit_bayes.models import MLP
-from lit_bayes.recipe_runs import fit_cell, settings_overrides
+from lit_bayes.recipe_runs import finished_summary, fit_cell, settings_overrides
 from lit_bayes.samplers.base import sampling_steps
 
 HERE = Path(__file__).resolve().parent
@@ -156,6 +157,19 @@ def run_cell(directory: Path, overrides: list[str], passes: int, args) -> list[d
         epochs *= 2
 
 
+def read_back_cell(directory: Path, passes: int) -> list[dict]:
+    """The finished attempts of a cell not run this time (``e<epochs>`` under ``directory``, shortest first),
+    each judged with the burn-in its own run was given (its ``config.yaml``)."""
+    runs = sorted((int(path.name[1:]), path) for path in directory.glob("e*") if path.name[1:].isdigit())
+    attempts = []
+    for epochs, path in runs:
+        summary = finished_summary(path)
+        if summary is not None:
+            burn_in = yaml.safe_load((path / "config.yaml").read_text())["model"]["init_args"]["burn_in"]
+            attempts.append({"epochs": epochs, **function_space(summary, passes, burn_in)})
+    return attempts
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", choices=["mnist", "synthetic"], default="mnist")
@@ -179,7 +193,8 @@ def main(argv=None):
     parser.add_argument("--sgld-lr", type=float, default=SGLD_LR,
                         help=f"step eps of the plain SGLD cell (default {SGLD_LR:g}); 0 leaves the cell out")
     parser.add_argument("--cells", type=lambda text: [c.strip() for c in text.split(",") if c.strip()], default=None,
-                        help='run only these cells of the grid, by name, e.g. "SGLD" (default: all)')
+                        help='run only these cells of the grid, by name, e.g. "SGLD" (default: all); the others '
+                             'are read back from their finished runs under --out')
     parser.add_argument("--rerun", action="store_true", help="run cells again even when their summary exists")
     args, extra = parser.parse_known_args(argv)  # the rest goes to lit-bayes
     if args.epochs < 1 or args.max_epochs < args.epochs:
@@ -207,15 +222,21 @@ def main(argv=None):
         unknown = sorted(set(args.cells) - set(names))
         if unknown:
             parser.error(f"--cells names cells not in this grid: {unknown}; the grid's cells: {names}")
-        cells = [c for c in cells if c[0] in args.cells]
     for name, passes, cell, stepper in cells:
-        structured = {"model.init_args.buffer_size": args.buffer_size} if cell else {}
-        if cell and args.buffer_start is not None:
-            structured["model.init_args.buffer_start"] = args.buffer_start
-        # the class switch comes first: the structured options then land on StructuredSGMCMC
-        overrides = settings_overrides({**cell, **common, **structured, **stepper}) + extra
-        attempts = run_cell(args.out / name.replace(" ", "_"), overrides, passes, args)
-        results[name] = r = {**attempts[-1], "attempts": attempts}
+        directory = args.out / name.replace(" ", "_")
+        read_back = args.cells is not None and name not in args.cells
+        if read_back:
+            attempts = read_back_cell(directory, passes)
+            if not attempts:
+                continue
+        else:
+            structured = {"model.init_args.buffer_size": args.buffer_size} if cell else {}
+            if cell and args.buffer_start is not None:
+                structured["model.init_args.buffer_start"] = args.buffer_start
+            # the class switch comes first: the structured options then land on StructuredSGMCMC
+            overrides = settings_overrides({**cell, **common, **structured, **stepper}) + extra
+            attempts = run_cell(directory, overrides, passes, args)
+        results[name] = r = {**attempts[-1], "attempts": attempts, "read_back": read_back}
         keys = ("ess_heldout_per_1000", "ess_point_min_per_1000")
         for reference in REFERENCES:
             for key in keys:
@@ -226,8 +247,8 @@ def main(argv=None):
               f"ESS heldout {fmt(r['ess_heldout'], '7.1f')} "
               f"point min {fmt(r['ess_point_min'], '7.1f')}  per 1000 evals {fmt(r['ess_heldout_per_1000'], '6.2f')} / "
               f"{fmt(r['ess_point_min_per_1000'], '6.2f')} ({ratios})  R-hat {fmt(r['rhat_max'], '.3f')}  "
-              f"{r['verdict']:<7} acc {r['test_accuracy']:.4f} NLPD {r['test_nlpd']:.4f}  {r['wall_time_s']:.0f} s",
-              flush=True)
+              f"{r['verdict']:<7} acc {r['test_accuracy']:.4f} NLPD {r['test_nlpd']:.4f}  {r['wall_time_s']:.0f} s"
+              + ("  (read back, not run)" if read_back else ""), flush=True)
     print(f"claim: {CLAIM}")
     if args.data == "synthetic":
         print("NOTE: synthetic MNIST-shaped data (class prototypes + Gaussian noise), not MNIST")
