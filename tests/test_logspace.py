@@ -77,6 +77,30 @@ def test_categorical_reads_class_major_outputs_as_gather_and_sees_new_labels():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_categorical_cross_entropy_layouts_equal_log_softmax_with_their_gradients(dtype):
+    """One network's (B, C) logits and class-major stacked ones go through F.cross_entropy, point-major
+    stacked ones through the logsumexp: values and gradients are log_softmax's, in every layout."""
+    gen = torch.Generator().manual_seed(5)
+    labels = torch.randint(6, (40,), generator=gen)
+    storage = (torch.randn(3, 6, 40, generator=gen, dtype=torch.float64) * 5).to(dtype)
+    for layout in ("single", "class-major", "point-major"):
+        base = (storage[0].T.contiguous() if layout == "single" else
+                storage.clone() if layout == "class-major" else storage.transpose(1, 2).contiguous()).requires_grad_()
+        outputs = base.transpose(1, 2) if layout == "class-major" else base
+        reference_base = base.detach().double().requires_grad_()
+        reference_outputs = reference_base.transpose(1, 2) if layout == "class-major" else reference_base
+        picked = torch.log_softmax(reference_outputs, -1).gather(
+            -1, labels.expand(reference_outputs.shape[:-1]).unsqueeze(-1)).squeeze(-1)
+        value = Categorical(6)(outputs, labels)
+        weights = torch.linspace(-1, 2, value.numel(), dtype=torch.float64).reshape(value.shape)
+        (value * weights.to(dtype)).sum().backward()
+        (picked * weights).sum().backward()
+        tolerance = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+        torch.testing.assert_close(value.double(), picked.detach(), **tolerance)
+        torch.testing.assert_close(base.grad.double(), reference_base.grad, **tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("cross_entropy_points", [1 << 16, 0])  # Categorical's cross-entropy branch, and not
 def test_log_prob_unit_major_equals_forward_on_the_transposed_outputs(dtype, cross_entropy_points, monkeypatch):
     """Unit-major outputs (C, k, B) (the FNBG caches') give ``forward`` of their (C, B, k) view, through
