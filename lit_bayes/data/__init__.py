@@ -1,6 +1,6 @@
 """LightningDataModules for the papers' data sets (see :mod:`lit_bayes.data.base` for the shared contract)."""
 from .arrays import ArrayDataModule
-from .base import BayesDataModule, EpochBatchSampler
+from .base import BayesDataModule, EpochBatchSampler, IndexedTensors
 from .crescent import CrescentData
 from .images import TorchvisionImages
 from .ood import FarAwayPoints
@@ -18,6 +18,7 @@ __all__ = [
     "CrescentData",
     "EpochBatchSampler",
     "FarAwayPoints",
+    "IndexedTensors",
     "LinearRegression",
     "NoisyXOR",
     "RandomFeatureRegression",
