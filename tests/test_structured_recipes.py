@@ -265,21 +265,24 @@ def test_mixing_study_runs_the_cells_named_and_rejects_unknown_ones(tmp_path, mo
     assert ran == ["SGLD"] and list(results) == ["SGLD"]
     assert results["SGLD"]["ess_heldout_per_1000_vs_pSGLD"] is None
     assert results["SGLD"]["ess_heldout_per_1000_vs_SGLD"] == pytest.approx(1.0)
-    # a cell not named is read back from its finished runs (the longest; its own burn-in), never run
+    # a cell not named is read back from its finished runs (the longest; its own burn-in and K), never run
     tested = {"test/accuracy": 0.9, "test/nlpd": 0.3}
-    for epochs, metrics in ((2, tested), (4, {}), (8, tested)):
-        run = tmp_path / "pSGLD" / f"e{epochs}"
-        run.mkdir(parents=True)
-        (run / "config.yaml").write_text(yaml.safe_dump({"model": {"init_args": {"burn_in": 0.8}}}))
-        (run / "summary.json").write_text(json.dumps({  # e4 has no test metrics: unfinished, skipped
-            "steps": 10 * epochs, "wall_time_s": 1.0, "health": {"verdict": "ok", "reasons": []},
-            "metrics": {"diag/ess_bulk/heldout_lpd": 4.0, **metrics}}))
+    sd = "S_d-pSGLD M=42310 rho=0.5"
+    for cell, options in (("pSGLD", {"burn_in": 0.8}), (sd, {"burn_in": 0.5, "num_masks": 3})):
+        for epochs, metrics in ((2, tested), (4, {}), (8, tested)):
+            run = tmp_path / cell.replace(" ", "_") / f"e{epochs}"
+            run.mkdir(parents=True)
+            (run / "config.yaml").write_text(yaml.safe_dump({"model": {"init_args": options}}))
+            (run / "summary.json").write_text(json.dumps({  # e4 has no test metrics: unfinished, skipped
+                "steps": 10 * epochs, "wall_time_s": 1.0, "health": {"verdict": "ok", "reasons": []},
+                "metrics": {"diag/ess_bulk/heldout_lpd": 4.0, **metrics}}))
     ran.clear()
-    results = study.main([*base, "--cells", "SGLD"])
-    assert ran == ["SGLD"] and list(results) == ["pSGLD", "SGLD"]
+    results = study.main([*base, "--cells", "SGLD", "--num-masks", "5"])
+    assert ran == ["SGLD"] and list(results) == ["pSGLD", "SGLD", sd]
     psgld = results["pSGLD"]
     assert psgld["read_back"] and not results["SGLD"]["read_back"]
     assert [a["epochs"] for a in psgld["attempts"]] == [2, 8] and psgld["kept_steps"] == 16  # 80 steps, 0.8 burnt
+    assert psgld["grad_evals_kept"] == 16 and results[sd]["grad_evals_kept"] == 40 * 3  # its own K, not --num-masks
     assert results["SGLD"]["ess_heldout_per_1000_vs_pSGLD"] == pytest.approx((5.0 / 5) / (4.0 / 16))
     with pytest.raises(SystemExit):
         study.main([*base, "--cells", "SGLD,nope"])

@@ -157,16 +157,18 @@ def run_cell(directory: Path, overrides: list[str], passes: int, args) -> list[d
         epochs *= 2
 
 
-def read_back_cell(directory: Path, passes: int) -> list[dict]:
+def read_back_cell(directory: Path) -> list[dict]:
     """The finished attempts of a cell not run this time (``e<epochs>`` under ``directory``, shortest first),
-    each judged with the burn-in its own run was given (its ``config.yaml``)."""
+    each judged with the burn-in and the K composites a step (1 without masks) its own run was given (its
+    ``config.yaml``), not this invocation's."""
     runs = sorted((int(path.name[1:]), path) for path in directory.glob("e*") if path.name[1:].isdigit())
     attempts = []
     for epochs, path in runs:
         summary = finished_summary(path)
         if summary is not None:
-            burn_in = yaml.safe_load((path / "config.yaml").read_text())["model"]["init_args"]["burn_in"]
-            attempts.append({"epochs": epochs, **function_space(summary, passes, burn_in)})
+            options = yaml.safe_load((path / "config.yaml").read_text())["model"]["init_args"]
+            attempts.append({"epochs": epochs,
+                             **function_space(summary, options.get("num_masks", 1), options["burn_in"])})
     return attempts
 
 
@@ -226,7 +228,7 @@ def main(argv=None):
         directory = args.out / name.replace(" ", "_")
         read_back = args.cells is not None and name not in args.cells
         if read_back:
-            attempts = read_back_cell(directory, passes)
+            attempts = read_back_cell(directory)
             if not attempts:
                 continue
         else:
