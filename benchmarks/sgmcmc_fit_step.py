@@ -50,7 +50,7 @@ from plain_forward import plain_forward, unit_and_call_seconds
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "recipes" / "structured"))
 
-from mixing_study import CONFIG, SGLD_LR  # noqa: E402
+from mixing_study import CONFIG, SGLD, SGLD_LR, grid  # noqa: E402
 
 from lit_bayes.recipe_runs import fit_cell, settings_overrides  # noqa: E402
 
@@ -70,15 +70,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def fit_summary(directory: Path, epochs: int, num_train: int) -> dict:
-    """``summary.json`` of the SGLD cell's fit of ``epochs`` epochs on ClassPrototypes data."""
+    """``summary.json`` of the SGLD cell's fit of ``epochs`` epochs on ClassPrototypes data (the study's SGLD
+    stepper settings, :func:`mixing_study.grid`)."""
+    sgld = next(stepper for name, _, _, stepper in grid([], [], 1, SGLD_LR) if name == SGLD)
     settings = {
         "data.class_path": "lit_bayes.data.ClassPrototypes", "data.init_args.input_shape": [1, 28, 28],
         "data.init_args.num_train": num_train, "data.init_args.num_test": 1000, "data.init_args.num_val": 1000,
         "data.init_args.batch_size": BATCH, "model.init_args.model.init_args.widths": WIDTHS,
-        "model.init_args.stepper": "sgld", "model.init_args.step_size": SGLD_LR, "model.init_args.stepper_options": {},
         "model.init_args.num_chains": CHAINS, "model.init_args.burn_in": 0.5, "trainer.callbacks": [],
         "diagnostics.heldout_size": 256, "diagnostics.num_fixed_inputs": 4,
-        "trainer.max_epochs": epochs, "trainer.check_val_every_n_epoch": epochs,
+        "trainer.max_epochs": epochs, "trainer.check_val_every_n_epoch": epochs, **sgld,
     }
     return fit_cell(CONFIG, directory / f"e{epochs}", settings_overrides(settings), rerun=True)
 
