@@ -11,10 +11,10 @@ those units: for one chain the whole sweep, for 8 and 32 chains per chain (sweep
 the paper's) and ``subblock_size=10`` in layer 1 (810 blocks, the reference code's). Paths:
 ``incremental`` (eager), ``fused`` (``BlockGibbs(fused=True)``: the layers above a node block
 compiled into one kernel; its compilation falls in the untimed warm-up sweep, printed as
-``warm-up s``; the compiled tails are shared by every sampler of the network in the process and every
-count from two on shares one graph, so the first row of two chains or more compiles and the later rows
-neither compile nor trace; one chain fuses nothing by default) and, for 1 chain and 130
-blocks, ``naive`` (a full forward per block).
+``warm-up s``; the compiled tails are shared by every sampler of the network in the process, and every
+count from 8 on runs them in groups of 8 chains through one static graph, so the first row of 8 chains or more
+compiles and the later rows neither compile nor trace; one chain fuses nothing by default) and, for 1 chain
+and 130 blocks, ``naive`` (a full forward per block).
 
 Targets (issues 8 and 26): one chain <= 20 (130 blocks), <= 120 (810 blocks); 32 chains <= 6 and
 <= 30 per chain. Timings depend on the machine and its load: nothing here asserts on time.
@@ -63,6 +63,12 @@ compile paid once per machine (inductor's disk cache). Fusing only the tails of 
 3's 10-product tail or layers 2 and 3 eager) with that form: first compile 56.9 / 66.5 s (8 / 32 chains) and 37.6 s,
 sweep 0.953x / 1.036x and 1.066x. The first compile is mostly fixed costs per graph: ~7 s of C++ compilation, ~3 s
 loading, ~1 s a kernel of code generation with symbolic chain counts, and ~5 s once a process (the CPU's ISA check).
+Since 2026-12-02 the tails have static shapes and take the chains in groups of 8 (``fused_tail.CHAIN_GROUP``, the
+last group padded; 2-7 chains stay eager). Idle machine, one thread, fresh inductor cache, three runs: first compile
+at 8 chains 55.4 / 56.5 / 60.3 s (against 135.5 s for the dynamic graph that morning; of the 56.5 s, 37.5 s the
+layer-1 tail with the process's fixed costs, 13.9 and 4.9 s the tails of layers 2 and 3); 32 chains fused 5.0 / 4.8
+fwd per chain (0.49 / 0.62 s a sweep; eager 8.3 / 7.5) against 7.4 with the dynamic graph that morning (1.03 s);
+810 blocks, 32 chains 22.3 / 26.0 (eager 48.7 / 41.3); 4 chains padded to 8 took 1.28x the eager sweep, hence eager.
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
 ``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
 """

@@ -106,9 +106,11 @@ def test_input_layer_products_computed_ahead_in_windows_match_the_naive_path(cas
 
 
 @pytest.mark.parametrize("case", ["finer_node_categorical", "node_bernoulli", "sequential_tanh_no_bias"])
-def test_fused_tail_matches_the_eager_incremental_path(case):
+def test_fused_tail_matches_the_eager_incremental_path(case, monkeypatch):
     """BlockGibbs(fused=True) (the layers above a node block compiled into one kernel): the same
-    decisions and states as the eager incremental path, energies to float tolerance."""
+    decisions and states as the eager incremental path, energies to float tolerance; the 5 chains go
+    through in groups of 2, the last one padded."""
+    monkeypatch.setattr(fused_tail, "CHAIN_GROUP", 2)
     fused = run_case(case, fused=True)
     assert_same_chains(fused, run_case(case, fused=False))
     tail, layers = fused[0].fused_tail, len(fused[0].stack.layers)
@@ -119,11 +121,13 @@ def test_fused_tail_matches_the_eager_incremental_path(case):
 
 
 def test_fused_tail_graph_is_reused_for_another_chain_count(monkeypatch, tmp_path):
-    """The compiled tails are shared by structure within a process, and the chain dimension is dynamic: a
-    second one-chain sampler, and a sampler with another chain count (two or more) after the first one
-    with two or more, trace and compile nothing; another process finds the graphs in inductor's cache."""
+    """The compiled tails are shared by structure within a process, and the chains go through in groups of
+    one static shape (CHAIN_GROUP, here 2, the last group padded): a second one-chain sampler, and a sampler
+    with another chain count after one with at least CHAIN_GROUP, trace and compile nothing; another process
+    finds the graphs in inductor's cache."""
     from torch._dynamo.utils import counters
 
+    monkeypatch.setattr(fused_tail, "CHAIN_GROUP", 2)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # a fresh cache
     monkeypatch.setattr(fused_tail, "_COMPILED", {})  # a fresh process
     x, y = batches(1, 40, 3, 2)[0]
@@ -136,8 +140,8 @@ def test_fused_tail_graph_is_reused_for_another_chain_count(monkeypatch, tmp_pat
         graphs.append(counters["stats"]["unique_graphs"])
         misses.append(counters["inductor"]["fxgraph_cache_miss"])
     assert graphs[1] == graphs[0] and misses[1] == misses[0] > 0  # one chain: compiled once, then reused
-    assert graphs[2] > graphs[1] and misses[2] > misses[1]  # the dynamic graph of two chains and more
-    assert graphs[3] == graphs[2] and misses[3] == misses[2]  # reused at three chains
+    assert graphs[2] > graphs[1] and misses[2] > misses[1]  # the graph of a group of two chains
+    assert graphs[3] == graphs[2] and misses[3] == misses[2]  # reused at three chains (a full and a padded group)
 
     monkeypatch.setattr(fused_tail, "_COMPILED", {})  # another process: traces again, compiles nothing
     sampler, stepper = sampler_and_stepper(model=MLP([3, 2, 2]), likelihood=Categorical(2), blocks="node",
@@ -148,7 +152,8 @@ def test_fused_tail_graph_is_reused_for_another_chain_count(monkeypatch, tmp_pat
 
 def test_one_chain_fuses_no_tail_by_default_and_only_wide_ones_when_set():
     """For one chain no tail is fused by default, and with min_terms_one_chain only tails of at least that many
-    products (the others stay eager and compile nothing); from two chains on every tail within max_terms is."""
+    products (the others stay eager and compile nothing); from CHAIN_GROUP chains on every tail within max_terms
+    is, and fewer chains (but one) stay eager."""
     from torch._dynamo.utils import counters
 
     sampler, stepper = sampler_and_stepper(model=MLP([3, 12, 12, 2]), likelihood=Categorical(2), blocks="node",
@@ -156,7 +161,8 @@ def test_one_chain_fuses_no_tail_by_default_and_only_wide_ones_when_set():
     tail = sampler.fused_tail
     assert [tail.terms(j) for j in range(2)] == [12 + 24, 2]
     assert tail.min_terms_one_chain is None and [tail.fuses(j, 1) for j in range(3)] == [False, False, False]
-    assert [tail.fuses(j, 2) for j in range(3)] == [True, True, False]
+    assert fused_tail.CHAIN_GROUP == 8 and [tail.fuses(j, 7) for j in range(3)] == [False, False, False]
+    assert [tail.fuses(j, 8) for j in range(3)] == [tail.fuses(j, 33) for j in range(3)] == [True, True, False]
     tail.min_terms_one_chain = 36
     assert [tail.fuses(j, 1) for j in range(3)] == [True, False, False]
     with pytest.raises(ValueError, match="min_terms_one_chain"):
@@ -169,9 +175,10 @@ def test_one_chain_fuses_no_tail_by_default_and_only_wide_ones_when_set():
     assert counters["stats"]["unique_graphs"] == graphs and torch.isfinite(energy).all()
 
 
-def test_fused_tail_follows_a_changing_batch_size():
-    """The compiled tail recompiles for a new batch size (dynamic shapes) and keeps making the
+def test_fused_tail_follows_a_changing_batch_size(monkeypatch):
+    """The compiled tail compiles a graph for each new batch size (static shapes) and keeps making the
     eager path's decisions."""
+    monkeypatch.setattr(fused_tail, "CHAIN_GROUP", 2)
     sizes = (40, 30, 40, 25, 50, 17)
     assert_same_chains(run_case("finer_node_categorical", sizes, fused=True),
                        run_case("finer_node_categorical", sizes, fused=False))

@@ -71,9 +71,10 @@ class BlockGibbs(SamplerModule):
             It needs a C++ compiler on CPU and compiles for tens of seconds on the first
             sweep; it pays off on large batches with narrow upper layers, for many chains or
             many blocks per node (the paper's MLP(784, 10, 10, 10, 10), batch 3000, on CPU:
-            32 chains ~1.45x faster sweeps with 130 and with 810 blocks, 8 chains ~1.4x), not for
-            tiny networks. One chain fuses nothing unless ``FusedTail.min_terms_one_chain`` is set:
-            its eager path is at least as fast.
+            32 chains ~1.75x faster sweeps with 130 and with 810 blocks, 8 chains 1.26-1.4x), not for
+            tiny networks. Chains go through the compiled tail in groups of
+            ``lit_bayes.fused_tail.CHAIN_GROUP`` (8); 2-7 chains stay eager, and one chain fuses nothing
+            unless ``FusedTail.min_terms_one_chain`` is set: its eager path is at least as fast.
 
     Defaults follow the paper: the raw batch sum (``minibatch_scaling="sum"``) and
     initial states drawn from the prior. Only the network is sampled: the likelihood must
