@@ -72,11 +72,13 @@ def median_seconds(calls: dict[str, Callable[[], object]], repeats: int, warmup:
 
 
 def unit_and_call_seconds(forward: Callable[[], object], calls: dict[str, Callable[[], object]], repeats: int,
-                          warmup: int = 2, block: int = 10) -> tuple[float, dict[str, float]]:
+                          warmup: int = 2, block: int = 10, call_block: int = 1) -> tuple[float, dict[str, float]]:
     """The unit and the calls' median wall times: in every repeat ``block`` forwards in a row, then each call
-    once (after ``warmup`` untimed calls of each). The unit is the median over all forwards: the warm
-    forward of the module docstring, timed beside the calls so that a change of the machine's speed moves
-    both alike."""
+    ``call_block`` times in a row (after ``warmup`` untimed calls of each). The unit is the median over all
+    forwards: the warm forward of the module docstring, timed beside the calls so that a change of the
+    machine's speed moves both alike. With ``call_block`` 1 each call runs after the forwards and the other
+    calls, as one step of a loop that does other work between steps; with more, the median of a block is that
+    of a warm call, as in a loop of steps alone."""
     for call in (forward, *calls.values()):
         for _ in range(warmup):
             call()
@@ -84,7 +86,7 @@ def unit_and_call_seconds(forward: Callable[[], object], calls: dict[str, Callab
     for _ in range(repeats):
         forwards += [_seconds(forward) for _ in range(block)]
         for name, call in calls.items():
-            times[name].append(_seconds(call))
+            times[name] += [_seconds(call) for _ in range(call_block)]
     return statistics.median(forwards), {name: statistics.median(values) for name, values in times.items()}
 
 
