@@ -70,7 +70,7 @@ def run(method: str, root: Path, extra: list[str]) -> tuple[dict, dict]:
     # MAP samples psi with phi (a flat prior); the Feynman-Kac samplers and VB train it in the module
     psi = samples["net.psi"][0] if "net.psi" in samples else posterior.module.model.net.psi
     particles = torch.stack([samples["net.phi1"], samples["net.phi2"]], dim=1).double()
-    result = {"psi": float(psi), "particles": particles, "log_weights": posterior.log_weights.double(),
+    result = {"psi": float(psi.detach()), "particles": particles, "log_weights": posterior.log_weights.double(),
               "data": posterior.datamodule()}
     return result, summary
 
