@@ -8,7 +8,9 @@ forward after each sweep had cooled the caches and gave Exp. A ~30 % fewer fwd).
 exact Gibbs sweep of every variable (Algorithm 1 with biases, noisy-gibbs spec §2.5) on one chain,
 timed two ways: ``sweep`` (the stepper alone, :meth:`NoisyGibbsStepper.sweep`) and ``step`` (what a
 training step does: :meth:`NoisyGibbs.sweep_inputs`, which returns the batch in the latents'
-canonical order, cached while the same tensors come back, then the sweep).
+canonical order, cached while the same tensors come back, then the sweep), each timed once after a block of
+forwards and the other call, and ``warm``: the sweep again in blocks of ``WARM_BLOCK`` in a row beside their own
+forwards (a loop of sweeps alone, as in ``ohsmc_step.py``).
 
 Sizes:
 - Exp. A (spec §6.1): d = 50, K = 10 ReLU units, scalar regression output, Delta = 1e-4, n = 2084, timed from the
@@ -68,6 +70,7 @@ EXP_A = dict(widths=[50, 10, 1], delta=1e-4, output="regression", n=2084)
 MNIST = dict(widths=[784, 12, 10], delta=2.0, output="probit", n=60_000)
 AUTHORS = {"exp_a": (4.76e-3, 20.3), "mnist_mlp": (255e-3, 3.64)}  # issue 26, side by side, plain fwd
 TARGETS = {"exp_a": 12.0, "mnist_mlp": 3.0}
+WARM_BLOCK = 10  # sweeps in a row of the ``warm`` column
 
 
 def problem(widths: list[int], delta: float, output: str, n: int, seed: int = 0):
@@ -98,12 +101,16 @@ def measure(widths: list[int], delta: float, output: str, n: int, sweeps: int, d
     inputs, targets, latents = sampler.sweep_inputs(batch)
     for _ in range(burn_in):
         stepper.sweep(inputs, targets, latents)
+    sweep_call = lambda: stepper.sweep(inputs, targets, latents)  # noqa: E731
     forward, times = unit_and_call_seconds(
-        forward_and_loss, {"sweep": lambda: stepper.sweep(inputs, targets, latents),
-                           "step": lambda: stepper.sweep(*sampler.sweep_inputs(batch))}, sweeps, block=block)
+        forward_and_loss, {"sweep": sweep_call, "step": lambda: stepper.sweep(*sampler.sweep_inputs(batch))}, sweeps,
+        block=block)
+    warm_forward, warm = unit_and_call_seconds(forward_and_loss, {"sweep": sweep_call}, max(3, sweeps // WARM_BLOCK),
+                                               block=block, call_block=WARM_BLOCK)
     sweep, step = times["sweep"], times["step"]
     return {"widths": widths, "n": n, "output": output, "forward_s": forward, "sweep_s": sweep, "step_s": step,
-            "sweep_fwd_equiv": sweep / forward, "step_fwd_equiv": step / forward}
+            "sweep_fwd_equiv": sweep / forward, "step_fwd_equiv": step / forward, "warm_forward_s": warm_forward,
+            "warm_sweep_s": warm["sweep"], "warm_fwd_equiv": warm["sweep"] / warm_forward}
 
 
 def main() -> None:
@@ -119,13 +126,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"NoisyGibbs, 1 chain, {args.dtype}, {args.threads} threads, medians of {args.sweeps} repeats after 2 "
           "warm-ups (MNIST: a quarter); fwd = one plain full-batch forward + summed loss (plain_forward.py), "
-          "warm: the median of a block of forwards before each timed sweep")
+          "warm: the median of a block of forwards before each timed sweep; warm/fwd: sweeps in blocks of "
+          f"{WARM_BLOCK} in a row beside their own forwards (a loop of sweeps alone)")
     at_threshold = torch.empty(ONEDNN_MIN_ELEMENTS, dtype=getattr(torch, args.dtype))  # the smallest oneDNN matrix
     print(f"CPU vendor {cpu_vendor() or 'unknown'}: first-layer row products in the "
           f"{'transposed' if transposed_is_faster(torch.device('cpu')) else 'plain'} orientation (lit_bayes.row_products); "
           f"the fixed inputs and first-layer projector multiplied through "
           f"{'oneDNN' if onednn_is_faster(at_threshold) else 'the dense products'} from {ONEDNN_MIN_ELEMENTS:,} elements on")
-    header = f"{'case':>11} {'n':>6} {'fwd ms':>8} {'sweep ms':>9} {'step ms':>8} {'sweep/fwd':>10} {'step/fwd':>9}"
+    header = (f"{'case':>11} {'n':>6} {'fwd ms':>8} {'sweep ms':>9} {'step ms':>8} {'sweep/fwd':>10} {'step/fwd':>9} "
+              f"{'warm/fwd':>9}")
     print(header)
     rows = []
     cases = [("exp_a", EXP_A["n"], EXP_A)] + [("scaling", n, EXP_A) for n in args.sizes if n != EXP_A["n"]]
@@ -141,7 +150,7 @@ def main() -> None:
                **measure(spec["widths"], spec["delta"], spec["output"], n, sweeps, args.dtype, block, burn_in)}
         rows.append(row)
         print(f"{case:>11} {n:>6} {row['forward_s'] * 1e3:>8.3f} {row['sweep_s'] * 1e3:>9.3f} {row['step_s'] * 1e3:>8.3f} "
-              f"{row['sweep_fwd_equiv']:>10.1f} {row['step_fwd_equiv']:>9.1f}")
+              f"{row['sweep_fwd_equiv']:>10.1f} {row['step_fwd_equiv']:>9.1f} {row['warm_fwd_equiv']:>9.1f}")
     scaling = sorted((r for r in rows if r["case"] in ("exp_a", "scaling")), key=lambda r: r["n"])
     ns = np.array([r["n"] for r in scaling], dtype=float)
     sweeps_s = np.array([r["sweep_s"] for r in scaling])
@@ -157,7 +166,8 @@ def main() -> None:
                                 "authors_ms": authors_s * 1e3, "authors_fwd_equiv": authors_fwd,
                                 "target_fwd_equiv": TARGETS[case]}
             print(f"{case}: ours {row['sweep_s'] * 1e3:.2f} ms = {row['sweep_fwd_equiv']:.1f} fwd per sweep "
-                  f"({row['step_fwd_equiv']:.1f} per training step); authors {authors_fwd:g} fwd "
+                  f"({row['step_fwd_equiv']:.1f} per training step, {row['warm_fwd_equiv']:.1f} warm); authors "
+                  f"{authors_fwd:g} fwd "
                   f"({authors_s * 1e3:g} ms in issue 26's run); target <= {TARGETS[case]:g} fwd")
     burnt = next((r for r in rows if r["case"] == "exp_a_burnt"), None)
     if burnt is not None:

@@ -41,10 +41,16 @@ def test_weight_conditional_matches_eq_9(cached):
         assert_gaussian_draws(draws[:, a], cov @ x.T @ z[0, :, a] / delta, cov)
 
 
-def test_post_activation_conditional_matches_eq_8():
-    """Sigma_X = (W^T W / Delta_Z + I / Delta_X)^-1, m^mu = Sigma_X (sigma(Z^mu) / Delta_X + W^T Z'^mu / Delta_Z) (eq. 8)."""
+@pytest.mark.parametrize("n, columns", [(2, False), (6, False), (6, True)])
+def test_post_activation_conditional_matches_eq_8(monkeypatch, n, columns):
+    """Sigma_X = (W^T W / Delta_Z + I / Delta_X)^-1, m^mu = Sigma_X (sigma(Z^mu) / Delta_X + W^T Z'^mu / Delta_Z) (eq. 8).
+    With more rows n than units d, on a processor that multiplies long rows faster (``columns``), the draw runs
+    with the rows on the long axis of its products (LinearGaussianConditional._sample_columns)."""
+    import lit_bayes.steppers.noisy_gibbs as module
+
+    monkeypatch.setattr(module, "transposed_is_faster", lambda device: columns)
     g = gen(2)
-    d, k, n, delta_z, delta_x = 4, 3, 2, 0.2, 0.5
+    d, k, delta_z, delta_x = 4, 3, 0.2, 0.5
     w = torch.randn(1, k, d, generator=g, dtype=torch.float64)
     above = torch.randn(1, n, k, generator=g, dtype=torch.float64)
     activated = torch.randn(1, n, d, generator=g, dtype=torch.float64).relu()

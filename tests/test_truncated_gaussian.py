@@ -9,6 +9,7 @@ import torch
 from scipy import special, stats
 
 from lit_bayes.steppers.truncated_gaussian import (
+    PLAIN_MIN,
     SAFE_A,
     SAFE_SHARED,
     _broadcast_shape,
@@ -19,6 +20,7 @@ from lit_bayes.steppers.truncated_gaussian import (
     negative_piece_chosen,
     pre_activation_pieces,
     probit_scores,
+    propose_relu,
     propose_two_pieces,
     sample_pre_activations,
     standard_normal_above,
@@ -59,6 +61,23 @@ def test_standard_normal_above_with_every_method_in_one_tensor(normal_dtype, col
         grid = torch.cat([grid, grid[:, [0]].expand(DRAWS, 5 * len(alphas))], dim=1)
     draws = standard_normal_above(grid, generator(8), normal_dtype).numpy()
     assert (draws >= grid.numpy()).all()
+    for column, alpha in enumerate(alphas.tolist()):
+        assert stats.kstest(draws[:, column], upper_tail_cdf(alpha)).pvalue > KS_P_MIN, alpha
+
+
+def test_few_elements_take_the_inverse_cdf_and_keep_the_law(monkeypatch):
+    """Under PLAIN_MIN elements every cut takes the inverse CDF (no untruncated candidates are drawn, counted
+    here), plain cuts included; pooled over calls, each element keeps the law of its own cut."""
+    import lit_bayes.steppers.truncated_gaussian as module
+
+    alphas = torch.tensor([-8.0, -1.5, 0.5, 7.5], dtype=torch.float64)
+    grid = alphas.repeat(500).reshape(500, len(alphas))
+    assert grid.numel() < PLAIN_MIN
+    gen, calls = generator(9), []
+    monkeypatch.setattr(module.torch, "randn", lambda *a, randn=torch.randn, **k: calls.append(1) or randn(*a, **k))
+    draws = np.concatenate([standard_normal_above(grid, gen).numpy() for _ in range(DRAWS // 500)])
+    assert not calls
+    assert (draws >= grid.numpy()[0]).all()
     for column, alpha in enumerate(alphas.tolist()):
         assert stats.kstest(draws[:, column], upper_tail_cdf(alpha)).pvalue > KS_P_MIN, alpha
 
@@ -153,6 +172,21 @@ def test_accepted_proposals_follow_exact_density_at_the_predicted_rate(activatio
     assert abs(accepted.size / DRAWS - rate) <= 4.5 * math.sqrt(rate * (1 - rate) / DRAWS) + 1e-12
     if accepted.size >= 500:
         assert stats.kstest(accepted, exact_cdf(activation, omega, post, delta_z, delta_x)).pvalue > KS_P_MIN
+
+
+@pytest.mark.parametrize("normal_dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("delta_z, delta_x", [(1e-4, 1e-4), (0.3, 0.05), (2.0, 2.0)])
+def test_relu_proposal_equals_the_generic_one(normal_dtype, delta_z, delta_x):
+    """propose_relu (the fast path) gives propose_two_pieces' draws and rejections on the relu pieces from the same
+    generator state, to rounding, over omega and x from -3 to 3 (both sides of 0, on and off units)."""
+    grid = torch.linspace(-3.0, 3.0, 101, dtype=torch.float64)
+    omega, post = (t.reshape(-1) for t in torch.meshgrid(grid, grid.clamp(min=-0.2), indexing="ij"))
+    fast_draws, fast_rejected = propose_relu(omega, post, delta_z, delta_x, generator(17), normal_dtype)
+    pieces = pre_activation_pieces("relu", omega, post, delta_z, delta_x)
+    draws, rejected = propose_two_pieces(*pieces, generator(17), normal_dtype)
+    assert 0 < int(rejected.sum()) < rejected.numel()
+    assert torch.equal(fast_rejected, rejected)
+    torch.testing.assert_close(fast_draws, draws, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("activation", ["relu", "sign", "abs", "linear"])
@@ -304,8 +338,7 @@ def test_later_chunks_take_proposals_while_they_pay_and_keep_the_law(monkeypatch
 
     calls = []
     monkeypatch.setattr(module, "CHUNK", DRAWS // 10)
-    monkeypatch.setattr(module, "propose_two_pieces",
-                        lambda *a, propose=module.propose_two_pieces: calls.append(1) or propose(*a))
+    monkeypatch.setattr(module, "propose_relu", lambda *a, propose=module.propose_relu: calls.append(1) or propose(*a))
     full = lambda v: torch.full((DRAWS,), v)  # noqa: E731
     out = sample_pre_activations("relu", full(omega), full(post), 1e-4, delta_x, generator(11), torch.empty(DRAWS))
     assert len(calls) == proposing_chunks

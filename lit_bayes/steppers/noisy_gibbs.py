@@ -18,11 +18,20 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lit_bayes.models.noisy_mlp import NoisyMLP
-from lit_bayes.row_products import FixedOperand, row_products
+from lit_bayes.row_products import FixedOperand, row_products, transposed_is_faster
 from lit_bayes.steppers.truncated_gaussian import probit_scores, row_chunks, sample_pre_activations
 from lit_bayes.unchanged import DerivedFrom
 
 __all__ = ["LinearGaussianConditional", "NoisyGibbsStepper", "sample_bias"]
+
+
+def _times(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b``, through ``torch.bmm`` when both are 3-D with one batch size: the sweep's products are small, and
+    ``matmul``'s broadcasting wrapper costs ~7 µs a call on top of ``bmm`` (2-core AMD EPYC, one thread: a
+    (1, 10, 10) by (1, 10, 1) product 9.1 against 2.6 µs)."""
+    if a.dim() == b.dim() == 3 and a.shape[0] == b.shape[0]:
+        return torch.bmm(a, b)
+    return a @ b
 
 
 class LinearGaussianConditional:
@@ -48,7 +57,8 @@ class LinearGaussianConditional:
         self.design = design
         self.delta = delta
         self.scaled_precision = delta * precision
-        gram = design.mT @ design + torch.diag_embed(self.scaled_precision).to(design.dtype)
+        gram = _times(design.mT, design)
+        gram.diagonal(dim1=-2, dim2=-1).add_(self.scaled_precision)
         self.factor = torch.linalg.cholesky(gram)
         identity = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
         self.inverse_factor = torch.linalg.solve_triangular(self.factor, identity, upper=False)  # L^{-1}, (d, d)
@@ -56,7 +66,7 @@ class LinearGaussianConditional:
 
     def right_hand_side(self, targets: Tensor, prior_mean: Tensor | None = None) -> Tensor:
         """The rows b_a^T = t_a^T D + delta m0_a^T diag(precision), ``(C, k, d)``."""
-        rhs = targets.mT @ self.design
+        rhs = _times(targets.mT, self.design)
         if prior_mean is not None:
             rhs = rhs + self.scaled_precision * prior_mean
         return rhs
@@ -67,7 +77,7 @@ class LinearGaussianConditional:
         if self.projector is not None and prior_mean is None:
             return self.projector.times_rows(targets.mT)
         inverse = self.inverse_factor
-        return self.right_hand_side(targets, prior_mean) @ inverse.mT @ inverse
+        return _times(_times(self.right_hand_side(targets, prior_mean), inverse.mT), inverse)
 
     def covariance(self) -> Tensor:
         """The covariance delta A^{-1} ``(..., d, d)`` shared by every row."""
@@ -83,10 +93,26 @@ class LinearGaussianConditional:
         if self.projector is not None and prior_mean is None:
             mean = self.projector.times_rows(targets.mT)  # T^T P^T
             noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-            return mean + (scale * noise) @ inverse
-        white = self.right_hand_side(targets, prior_mean) @ inverse.mT
+            return mean + _times(scale * noise, inverse)
+        if targets.shape[-1] > self.design.shape[-1] and transposed_is_faster(targets.device):  # many rows
+            return self._sample_columns(targets, generator, prior_mean)
+        white = _times(self.right_hand_side(targets, prior_mean), inverse.mT)
         noise = torch.randn(white.shape, generator=generator, device=white.device, dtype=white.dtype)
-        return (white + scale * noise) @ inverse
+        return _times(white.add_(noise, alpha=scale), inverse)
+
+    def _sample_columns(self, targets: Tensor, generator: torch.Generator, prior_mean: Tensor | None) -> Tensor:
+        """:meth:`sample` with the k rows on the long axis of every product, R^T = L^{-T} (L^{-1} B^T + sqrt(delta)
+        E^T), where the processor multiplies long rows faster (:func:`~lit_bayes.row_products.transposed_is_faster`:
+        on the 2-core AMD EPYC, one thread, a 2,084 x 10 by 10 x 10 product took ~70-90 µs row-major and ~25 µs
+        transposed). L^{-1} B^T = (L^{-1} D^T) T + (L^{-1} diag(delta precision)) m0^T, so neither B nor its
+        transpose is formed; E is drawn ``(C, k, d)`` as in the row form, so both give the same draw to rounding.
+        Returns the transposed view of the ``(C, d, k)`` draw."""
+        inverse = self.inverse_factor
+        white = _times(_times(inverse, self.design.mT), targets)
+        if prior_mean is not None:
+            white.add_(_times(inverse * self.scaled_precision, prior_mean.mT))
+        noise = torch.randn(white.mT.shape, generator=generator, device=white.device, dtype=white.dtype)
+        return _times(inverse.mT, white.add_(noise.mT, alpha=math.sqrt(self.delta))).mT
 
 
 def sample_bias(residual: Tensor, delta_z: float, precision: float, generator: torch.Generator) -> Tensor:
@@ -182,7 +208,7 @@ class NoisyGibbsStepper(Optimizer):
             shifted = above if bias is None else above - bias.unsqueeze(-2)
             weight.copy_(LinearGaussianConditional(xs[layer], precision, delta_z).sample(shifted, gen))
             if bias is not None:
-                bias.copy_(sample_bias(above - xs[layer] @ weight.mT, delta_z, model.bias_precision[layer], gen))
+                bias.copy_(sample_bias(above - _times(xs[layer], weight.mT), delta_z, model.bias_precision[layer], gen))
                 shifted = above - bias.unsqueeze(-2)
             z, x = latents[f"z{layer + 1}"], xs[layer]
             post_precision = torch.full_like(precision, 1.0 / model.delta_x[layer - 1])

@@ -7,7 +7,8 @@
 * :func:`two_piece_mixture`: a density made of one Gaussian piece on ``z <= 0`` and another on
   ``z > 0`` (the pre-activation conditionals, eq. 10), mixture weights in log space, the exact
   log Phi evaluated only where cheap bounds leave the choice open; :func:`propose_two_pieces`, a
-  rejection sampler of the same density without normal CDFs, exact where it accepts.
+  rejection sampler of the same density without normal CDFs, exact where it accepts (:func:`propose_relu`, the
+  same for the relu pieces in fewer passes).
 * :func:`pre_activation_pieces`: those pieces for relu, sign, abs and linear (App. E.1-E.3);
   :func:`sample_pre_activations` draws a whole layer's pre-activations in cache-sized chunks.
 * :func:`probit_scores`: the multinomial-probit output scores given the labels (App. E.4, eqs. 50-51).
@@ -22,10 +23,10 @@ import torch
 from torch import Tensor
 from torch.special import log_ndtr, ndtri
 
-__all__ = ["BRACKET_MIN", "CHUNK", "DEEP", "PLAIN", "PROPOSALS_REJECT", "SAFE_A", "SAFE_SHARED", "TAIL",
+__all__ = ["BRACKET_MIN", "CHUNK", "DEEP", "PLAIN", "PLAIN_MIN", "PROPOSALS_REJECT", "SAFE_A", "SAFE_SHARED", "TAIL",
            "exact_negative_choice", "log_ndtr_bounds", "log_normal_cdf", "negative_piece_chosen",
-           "pre_activation_pieces", "probit_scores", "propose_two_pieces", "row_chunks", "sample_pre_activations",
-           "truncated_normal", "two_piece_mixture"]
+           "pre_activation_pieces", "probit_scores", "propose_relu", "propose_two_pieces", "row_chunks",
+           "sample_pre_activations", "truncated_normal", "two_piece_mixture"]
 
 TAIL = 7.0  # beyond this many std inside the cut-off tail, inverse-CDF sampling loses accuracy in float64
 DEEP = -37.0  # below this, Phi(a) is under float64's normal range: log Phi through log_ndtr
@@ -33,6 +34,7 @@ PLAIN = -1.0  # below this cut-off (in std from the mean), untruncated draws are
 CHUNK = 1 << 15  # elements per chunk of the elementwise pipelines: their temporaries stay in the core's cache
 PROPOSALS_REJECT = 0.25  # a layer's later chunks take proposal rounds while they reject at most this share
 BRACKET_MIN = 4096  # the exact draw of fewer rejected proposals than this skips the piece-choice bracket
+PLAIN_MIN = 4096  # standard_normal_above on fewer elements takes the inverse CDF for all of them
 _ONE_BELOW = 1.0 - 2.0**-53  # largest float64 below 1
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _SLACK = 1e-9  # relative margin on the log Phi bounds, far above float64 rounding
@@ -66,10 +68,13 @@ def standard_normal_above(alpha: Tensor, generator: torch.Generator,
     not). At or above ``TAIL``: Marsaglia's tail method, X = sqrt(alpha^2 - 2 log U1) accepted when
     U2 X <= alpha (acceptance > 98%). ``normal_dtype`` is the dtype of the untruncated candidates:
     the sampler's state dtype, whose own Gaussian draws have the same resolution. Which method
-    draws an element depends on the alphas only, so every element keeps its exact law; when under half
-    of the elements are below ``PLAIN`` all of them take the inverse CDF (no wasted candidates).
+    draws an element depends on the alphas and their number only, so every element keeps its exact law; when
+    under half of the elements are below ``PLAIN``, or there are fewer than ``PLAIN_MIN``, all of them take the
+    inverse CDF (no wasted candidates; for few elements the rejection's ~10 operations cost more than it saves).
     ``mass``: Phi(-alpha) where the caller has it already (shape of ``alpha``; only read below ``TAIL``).
     """
+    if alpha.numel() < PLAIN_MIN:
+        return _inverse_cdf_or_tail(alpha, generator, mass)
     plain = alpha < PLAIN
     if 2 * int(plain.sum()) < plain.numel():  # mostly near or inside the cut: the inverse CDF for all
         return _inverse_cdf_or_tail(alpha, generator, mass)
@@ -252,25 +257,51 @@ def propose_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[
     return draws, (draws <= 0.0) != go_negative
 
 
-def _draw_two_pieces(negative: tuple[Tensor, Tensor, Tensor], positive: tuple[Tensor, Tensor, Tensor],
-                     generator: torch.Generator, normal_dtype: torch.dtype, bracket: bool,
-                     propose: bool) -> tuple[Tensor, float, float | None]:
-    """The draw of :func:`sample_pre_activations`' chunk (float64 pieces), with or without the proposal round and
-    the piece-choice bracket (never for fewer than ``BRACKET_MIN`` rejected proposals). Returns the draws, the
-    fraction of the elements left to the exact draw (1 without proposals) and the fraction of those the bracket
-    left open (None where it did not run on them)."""
+def propose_relu(omega: Tensor, post: Tensor, delta_z: float, delta_x: float, generator: torch.Generator,
+                 normal_dtype: torch.dtype = torch.float64) -> tuple[Tensor, Tensor]:
+    """:func:`propose_two_pieces` of the relu pieces (:func:`pre_activation_pieces`, App. E.1) in fewer passes, with
+    the same random numbers in the same order (the same draws up to rounding). With d = x - omega and
+    Delta = Delta_X + Delta_Z, the log-odds of the untruncated pieces are
+    log(Delta / Delta_X) / 2 + d^2 / 2 Delta - x^2 / 2 Delta_X, and the positive piece is N(omega + d Delta_Z / Delta,
+    Delta_X Delta_Z / Delta), the negative one N(omega, Delta_Z). ``omega`` and ``post`` share one shape."""
+    omega, post = omega.double(), post.double()
+    total = delta_x + delta_z
+    d = post - omega
+    log_odds = d.square().mul_(0.5 / total).addcmul_(post, post, value=-0.5 / delta_x)
+    log_odds.add_(0.5 * math.log(total / delta_x))
+    u = torch.rand(omega.shape, generator=generator, device=omega.device, dtype=torch.float64)
+    go_positive = u >= torch.sigmoid_(log_odds)
+    positive = go_positive.to(torch.float64)
+    draws = torch.randn(omega.shape, generator=generator, device=omega.device, dtype=normal_dtype).double()
+    std_z = math.sqrt(delta_z)
+    std = positive * (math.sqrt(delta_x * delta_z / total) - std_z)
+    draws = torch.addcmul(omega, draws, std.add_(std_z)).addcmul_(positive, d, value=delta_z / total)
+    return draws, (draws > 0.0).ne_(go_positive)
+
+
+def _draw_chunk(activation: str, omega: Tensor, post: Tensor, delta_z: float, delta_x: float,
+                generator: torch.Generator, normal_dtype: torch.dtype, bracket: bool,
+                propose: bool) -> tuple[Tensor, float, float | None]:
+    """The draw of one chunk of :func:`sample_pre_activations`, with or without the proposal round (for relu
+    :func:`propose_relu`, else :func:`propose_two_pieces`) and the piece-choice bracket (never for fewer than
+    ``BRACKET_MIN`` rejected proposals). Returns the float64 draws, the fraction of the elements left to the exact
+    draw (1 without proposals) and the fraction of those the bracket left open (None where it did not run)."""
     if not propose:
-        draws, open_fraction = _exact_two_pieces(negative, positive, generator, normal_dtype, bracket)
+        pieces = pre_activation_pieces(activation, omega, post, delta_z, delta_x)
+        draws, open_fraction = _exact_two_pieces(*pieces, generator, normal_dtype, bracket)
         return draws, 1.0, open_fraction
-    draws, rejected = propose_two_pieces(negative, positive, generator, normal_dtype)
+    if activation == "relu":
+        draws, rejected = propose_relu(omega, post, delta_z, delta_x, generator, normal_dtype)
+    else:
+        draws, rejected = propose_two_pieces(*pre_activation_pieces(activation, omega, post, delta_z, delta_x),
+                                             generator, normal_dtype)
     count = int(rejected.sum())
     if not count:
         return draws, 0.0, None
-    where, shape = rejected.nonzero(as_tuple=True), draws.shape
-    negative, positive = (tuple(t.expand(shape)[where] if t.dim() else t for t in piece)
-                          for piece in (negative, positive))
+    where = rejected.nonzero(as_tuple=True)
+    pieces = pre_activation_pieces(activation, omega[where], post[where], delta_z, delta_x)
     small = count < BRACKET_MIN  # a few rejected elements: the bracket's ~20 operations cost more than they save
-    draws[where], open_fraction = _exact_two_pieces(negative, positive, generator, normal_dtype, bracket and not small)
+    draws[where], open_fraction = _exact_two_pieces(*pieces, generator, normal_dtype, bracket and not small)
     return draws, count / rejected.numel(), None if small else open_fraction
 
 
@@ -313,16 +344,18 @@ def sample_pre_activations(activation: str, omega: Tensor, post: Tensor, delta_z
     """Draw every pre-activation z ~ P(z | omega, x) (eq. 10) into ``out`` (contiguous, the shape of
     ``omega``), ``CHUNK`` elements at a time so that the float64 temporaries stay in cache; the
     untruncated candidates are drawn in ``out``'s dtype (:func:`standard_normal_above`). The first chunk
-    takes a round of :func:`propose_two_pieces` and the piece-choice bracket for the exact draws of what it
+    takes a round of :func:`propose_two_pieces` (:func:`propose_relu` for relu) and the piece-choice bracket for the exact draws of what it
     rejects. The chunks of a layer are alike, so later chunks keep each shortcut while it pays: the proposals
     while they reject at most ``PROPOSALS_REJECT`` (not at large noise or for the linear activation, whose
     pieces are one Gaussian), the bracket while it leaves at most a quarter of the exact draws open."""
-    omega, post, flat = omega.reshape(-1), post.expand_as(omega).reshape(-1), out.view(-1)
+    omega, post = (t.expand_as(omega).to(torch.float64, memory_format=torch.contiguous_format).reshape(-1)
+                   for t in (omega, post))  # one pass each: in float64 and in row order (omega may be transposed)
+    flat = out.view(-1)
     bracket = propose = True
     for start in range(0, flat.numel(), CHUNK):
         part = slice(start, start + CHUNK)
-        pieces = pre_activation_pieces(activation, omega[part], post[part], delta_z, delta_x)
-        flat[part], left, open_fraction = _draw_two_pieces(*pieces, generator, out.dtype, bracket, propose)
+        flat[part], left, open_fraction = _draw_chunk(activation, omega[part], post[part], delta_z, delta_x,
+                                                      generator, out.dtype, bracket, propose)
         propose = left <= PROPOSALS_REJECT
         if open_fraction is not None:
             bracket = open_fraction <= 0.25
