@@ -69,6 +69,15 @@ at 8 chains 55.4 / 56.5 / 60.3 s (against 135.5 s for the dynamic graph that mor
 layer-1 tail with the process's fixed costs, 13.9 and 4.9 s the tails of layers 2 and 3); 32 chains fused 5.0 / 4.8
 fwd per chain (0.49 / 0.62 s a sweep; eager 8.3 / 7.5) against 7.4 with the dynamic graph that morning (1.03 s);
 810 blocks, 32 chains 22.3 / 26.0 (eager 48.7 / 41.3); 4 chains padded to 8 took 1.28x the eager sweep, hence eager.
+2026-12-03, same code, idle machine, one thread, fresh cache: the first compile at 8 chains took 84.9 s in this
+benchmark and 89.0 / 75.5 s alone (of the 75.5 s: 31.5 s C++ code generation, 10.6 s the C++ compiler, 9.5 s
+lowering, 5.9 s Dynamo's tracing, 7.4 s loading): this machine compiled ~1.4x slower than on 2026-12-02. Without
+inductor's vectorised loop remainders (``fused_tail.COMPILE_OPTIONS``; dead code at B = 3000, 375 vectors a row),
+code generation took 25.4 / 23.9 s, the compile alone 74.0 / 71.7 s and 74.9 s in this benchmark (32 chains after
+it: 0.9 s, nothing compiled), the sweep unchanged (0.221 / 0.239 against 0.221-0.253 s at 8 chains). Issue 26's
+60 s is not met on this machine today. In that run: 32 chains fused 6.7 fwd per chain (eager 9.4), 810 blocks 38.7
+(eager 74.5), against 5.0 / 22.3 on 2026-12-02: the machine, not the code (the FNBG path unchanged but for that
+option).
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
 ``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
 """

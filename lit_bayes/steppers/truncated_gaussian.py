@@ -341,13 +341,13 @@ def _select(on_first: Tensor, on_second: Tensor, first: Tensor, second: Tensor) 
 
 def sample_pre_activations(activation: str, omega: Tensor, post: Tensor, delta_z: float, delta_x: float,
                            generator: torch.Generator, out: Tensor) -> Tensor:
-    """Draw every pre-activation z ~ P(z | omega, x) (eq. 10) into ``out`` (contiguous, the shape of
-    ``omega``), ``CHUNK`` elements at a time so that the float64 temporaries stay in cache; the
-    untruncated candidates are drawn in ``out``'s dtype (:func:`standard_normal_above`). The first chunk
-    takes a round of :func:`propose_two_pieces` (:func:`propose_relu` for relu) and the piece-choice bracket for the exact draws of what it
-    rejects. The chunks of a layer are alike, so later chunks keep each shortcut while it pays: the proposals
-    while they reject at most ``PROPOSALS_REJECT`` (not at large noise or for the linear activation, whose
-    pieces are one Gaussian), the bracket while it leaves at most a quarter of the exact draws open."""
+    """Draw every pre-activation z ~ P(z | omega, x) (eq. 10) into ``out`` (contiguous, the shape of ``omega``),
+    ``CHUNK`` elements at a time so that the float64 temporaries stay in cache; the untruncated candidates are drawn
+    in ``out``'s dtype (:func:`standard_normal_above`). The first chunk takes a round of :func:`propose_two_pieces`
+    (:func:`propose_relu` for relu) and the piece-choice bracket for the exact draws of what it rejects. The chunks
+    of a layer are alike, so later chunks keep each shortcut while it pays: the proposals while they reject at most
+    ``PROPOSALS_REJECT`` (not at large noise or for the linear activation, whose pieces are one Gaussian), the
+    bracket while it leaves at most a quarter of the exact draws open."""
     omega, post = (t.expand_as(omega).to(torch.float64, memory_format=torch.contiguous_format).reshape(-1)
                    for t in (omega, post))  # one pass each: in float64 and in row order (omega may be transposed)
     flat = out.view(-1)
