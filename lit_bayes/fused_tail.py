@@ -81,9 +81,10 @@ def compilable(activation: nn.Module) -> Callable[[Tensor], Tensor]:
 #: (but one) stay eager
 CHAIN_GROUP = 8
 
-#: inductor options of the compiled tails: no vectorised variant of the loops' remainders (fewer than 8 points of a
-#: row, dead code when the batch is a multiple of the vector width), whose generation took ~6 of the ~31 s of C++ code
-#: generation in the first compile at 8 chains (2026-12-03, AMD EPYC Zen3, fresh cache; the sweep's time unchanged)
+#: inductor options of the compiled tails: no vectorised variant of the loops' remainders (the last points of a row,
+#: fewer than one vector; dead code when the batch is a multiple of the vector width, and scalar code otherwise),
+#: whose generation took ~6 of the ~31 s of C++ code generation in the first compile at 8 chains (2026-12-03, AMD
+#: EPYC Zen3, AVX2: 8 float32 a vector, B = 3000; fresh cache; the sweep's time unchanged)
 COMPILE_OPTIONS = {"cpp.enable_loop_tail_vec": False}
 
 #: the compiled tails of this process, one per structure (:meth:`FusedTail.structure`), shared by every FusedTail
