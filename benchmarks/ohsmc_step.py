@@ -45,6 +45,11 @@ ms within that hour (0.107 ms in issue 26's run), so the fwd figures of one row 
 row; the same-run ratio to the jit is the steadier figure. The authors' own step is not runnable here (their code
 is not in the seeds); issue 26's side-by-side run on this Zen3 put it at 2.86 ms, about 2.5-2.9x this jit's time
 today (a ratio across days).
+2026-12-04, the same machine: moving the cloud in place (float32 noise promoted by the add, no widened copy)
+and one read for the finiteness check cut the step from 106 to 98 aten operations; in one process, interleaved with
+the previous code, J = 100 steps 0.976-0.978x (float64) and 0.970-0.976x (float32) as long; this benchmark then read
+J = 100 float64 14.0 fwd (fwd 0.134 ms; warm 15.9), float32 14.4: still above the 13 fwd target. At J = 1 a step
+costs ~0.9-1.0 ms (~10 fwd): the floor is per-operation and Python cost, not arithmetic.
 Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda] [--threads N] (one thread by default)
 [--jax-python PATH]. The last line printed is one JSON object with every figure.
 """

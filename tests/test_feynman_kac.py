@@ -11,6 +11,8 @@ from lit_bayes import OHSMC, SGSMC, Bernoulli, Categorical, Gaussian
 from lit_bayes.data import LinearRegression, TwoMoons
 from lit_bayes.models import MLP, PartialBNN, PartialMLP
 from lit_bayes.optimizers import DirectFusedAdam, make_optimizer
+from lit_bayes.posterior import GaussianPrior, Posterior
+from lit_bayes.steppers.feynman_kac import OHSMCStepper
 
 
 class LinearOffset(nn.Module):
@@ -238,6 +240,8 @@ def test_feynman_kac_samplers_reject_bad_arguments():
         OHSMC(model, Bernoulli(), num_particles=0)
     with pytest.raises(ValueError, match="kernel must be"):
         OHSMC(model, Bernoulli(), kernel="rwmh")
+    with pytest.raises(ValueError, match="kernel must be 'random_walk' or 'ou' for OHSMC"):
+        OHSMCStepper(Posterior(Bernoulli(), GaussianPrior(), num_data=10), "rwmh")
     with pytest.raises(ValueError, match="lr"):
         SGSMC(model, Bernoulli(), lr=-1.0)
     with pytest.raises(ValueError, match="optimizer"):

@@ -127,6 +127,21 @@ def test_float64_particles_on_cpu_move_by_float32_normals_widened():
     assert moved.dtype == torch.float64 and torch.equal(moved, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kernel", [RandomWalk(0.01, temperature=2.0),
+                                    OrnsteinUhlenbeck(0.1, GaussianPrior(2.0, {"w": 0.5}), temperature=1.5)],
+                         ids=["random_walk", "ou"])
+def test_in_place_moves_equal_the_moves_to_the_bit(kernel, dtype):
+    """OHSMC's in-place move_ gives move's values from the same generator state, in the particles' dtype."""
+    gen = torch.Generator().manual_seed(0)
+    start = {"w": torch.randn(7, 3, 4, generator=gen, dtype=dtype), "b": torch.randn(7, 3, generator=gen, dtype=dtype)}
+    expected = kernel.move(start, torch.Generator().manual_seed(5))
+    moved = {n: p.clone() for n, p in start.items()}
+    kernel.move_(moved, torch.Generator().manual_seed(5))
+    for name, value in expected.items():
+        assert moved[name].dtype == dtype and torch.equal(moved[name], value), name
+
+
 def test_random_walk_metropolis_leaves_its_target_invariant():
     """Start at exact draws of N((1, -2), diag(0.25, 4)); after moves they are still its draws."""
     gen = torch.Generator().manual_seed(0)

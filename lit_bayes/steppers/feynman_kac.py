@@ -137,14 +137,20 @@ class FeynmanKacStepper:
 
 
 class OHSMCStepper(FeynmanKacStepper):
-    """Algorithm 3 (OHSMC): move, reweight, resample, psi step (see the module docstring)."""
+    """Algorithm 3 (OHSMC): move, reweight, resample, psi step (see the module docstring). The move is a
+    target-free kernel that moves the cloud in place (``"random_walk"`` or ``"ou"``)."""
+
+    def __init__(self, posterior: Posterior, kernel: str, kernel_options: Mapping[str, float] | None = None,
+                 resampling: str = "stratified", ess_threshold: float = 1.0) -> None:
+        super().__init__(posterior, kernel, kernel_options, resampling, ess_threshold)
+        if not hasattr(self.kernel, "move_"):
+            raise ValueError(f"kernel must be 'random_walk' or 'ou' for OHSMC, got {kernel!r}")
 
     def step(self, cloud: Cloud, x: Tensor, y: Tensor, log_lik: LogLikelihood, generator: torch.Generator,
              psi_step: PsiStep, reduce: Callable[[Tensor], Tensor] = lambda t: t) -> tuple[Reweighted, Tensor]:
         """One iteration on the batch ``(x, y)``; ``reduce`` sums a per-particle tensor over
         processes. Returns the reweighting and the (detached) psi-loss."""
-        with torch.no_grad():
-            cloud.set_particles(self.kernel.move(cloud.particles, generator))  # 1. move
+        self.kernel.move_(cloud.particles, generator)  # 1. move, in place
         point_log_lik = log_lik(cloud.particles, x, y)  # (J, M), differentiable in psi
         result = self.reweight(cloud, reduce(self.log_potential(point_log_lik.detach())), generator)  # 2.-3.
         loss = self.psi_loss(point_log_lik, result.gradient_weights)  # 4., before 5. replaces the particles

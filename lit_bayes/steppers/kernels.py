@@ -26,13 +26,13 @@ Particles = Mapping[str, Tensor]
 
 
 def _noise(p: Tensor, generator: torch.Generator) -> Tensor:
-    """Standard normal noise shaped like ``p``. For float64 particles on CPU it is drawn in float32 and
-    widened: torch's float32 normals are vectorised (~4x faster than float64 on CPU, where drawing the noise
-    was the largest cost of an OHSMC step at J = 100), and a move loses nothing that matters (values on a
-    2^-24 grid, tails cut near 5.8 sigma, a mass of ~1e-8); particles, weights and likelihoods stay float64."""
-    if p.dtype == torch.float64 and p.device.type == "cpu":
-        return torch.randn(p.shape, generator=generator, device=p.device, dtype=torch.float32).to(torch.float64)
-    return torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
+    """Standard normal noise shaped like ``p``, in ``p``'s dtype except for float64 particles on CPU, for which it
+    is drawn in float32 (and widened by the arithmetic it enters, which promotes it exactly): torch's float32
+    normals are vectorised (~4x faster than float64 on CPU, where drawing the noise was the largest cost of an
+    OHSMC step at J = 100), and a move loses nothing that matters (values on a 2^-24 grid, tails cut near 5.8
+    sigma, a mass of ~1e-8); particles, weights and likelihoods stay float64."""
+    dtype = torch.float32 if p.dtype == torch.float64 and p.device.type == "cpu" else p.dtype
+    return torch.randn(p.shape, generator=generator, device=p.device, dtype=dtype)
 
 
 class RandomWalk:
@@ -46,6 +46,12 @@ class RandomWalk:
     def move(self, particles: Particles, generator: torch.Generator, log_target=None) -> dict[str, Tensor]:
         return {n: torch.add(p, _noise(p, generator), alpha=self.std) for n, p in particles.items()}
 
+    @torch.no_grad()
+    def move_(self, particles: Particles, generator: torch.Generator) -> None:
+        """:meth:`move` in place: the same values from the same draws, without new tensors."""
+        for p in particles.values():
+            p.add_(_noise(p, generator), alpha=self.std)
+
 
 class OrnsteinUhlenbeck:
     """Exact Ornstein-Uhlenbeck transition over time ``delta`` whose stationary law is the
@@ -57,13 +63,25 @@ class OrnsteinUhlenbeck:
         self.prior = prior
         self.temperature = check_positive("temperature", temperature)
 
+    def _coefficients(self, name: str) -> tuple[float, float]:
+        """``z`` and the noise scale ``sqrt(T v (1 - z^2))`` of parameter ``name``."""
+        v = self.prior.variance_of(name)
+        z = math.exp(-self.delta / (2.0 * v))
+        return z, math.sqrt(self.temperature * v * (1.0 - z * z))
+
     def move(self, particles: Particles, generator: torch.Generator, log_target=None) -> dict[str, Tensor]:
         out = {}
         for name, p in particles.items():
-            v = self.prior.variance_of(name)
-            z = math.exp(-self.delta / (2.0 * v))
-            out[name] = z * p + math.sqrt(self.temperature * v * (1.0 - z * z)) * _noise(p, generator)
+            z, scale = self._coefficients(name)
+            out[name] = z * p + scale * _noise(p, generator).to(p.dtype)
         return out
+
+    @torch.no_grad()
+    def move_(self, particles: Particles, generator: torch.Generator) -> None:
+        """:meth:`move` in place: the same values from the same draws, without new tensors."""
+        for name, p in particles.items():
+            z, scale = self._coefficients(name)
+            p.mul_(z).add_(_noise(p, generator).to(p.dtype).mul_(scale))
 
 
 class RandomWalkMetropolis:
@@ -86,7 +104,7 @@ class RandomWalkMetropolis:
         current_lt = log_target(current)
         accepted = torch.zeros_like(current_lt)
         for _ in range(self.steps):
-            proposal = {n: p + self.std * _noise(p, generator) for n, p in current.items()}
+            proposal = {n: p + self.std * _noise(p, generator).to(p.dtype) for n, p in current.items()}
             proposal_lt = log_target(proposal)
             log_u = torch.rand(current_lt.shape, generator=generator, device=current_lt.device, dtype=current_lt.dtype).log()
             accept = log_u <= proposal_lt - current_lt  # False for a NaN target

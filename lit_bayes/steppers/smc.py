@@ -65,7 +65,7 @@ class ParticleStepper:
         unnormalised = log_weights + log_potential
         # the logsumexp by hand: its shifted exponentials also give the ESS
         largest = unnormalised.max()
-        if not torch.isfinite(largest):
+        if not math.isfinite(largest.item()):  # one read; torch.isfinite on a 0-d tensor is four operations
             raise FloatingPointError(
                 "every particle has zero (or NaN) likelihood on this batch: the particle cloud has degenerated; "
                 "use more particles, a larger move variance, or check the data"
