@@ -27,10 +27,11 @@ Particles = Mapping[str, Tensor]
 
 def _noise(p: Tensor, generator: torch.Generator) -> Tensor:
     """Standard normal noise shaped like ``p``, in ``p``'s dtype except for float64 particles on CPU, for which it
-    is drawn in float32 (and widened by the arithmetic it enters, which promotes it exactly): torch's float32
-    normals are vectorised (~4x faster than float64 on CPU, where drawing the noise was the largest cost of an
-    OHSMC step at J = 100), and a move loses nothing that matters (values on a 2^-24 grid, tails cut near 5.8
-    sigma, a mass of ~1e-8); particles, weights and likelihoods stay float64."""
+    is drawn in float32 and the caller widens it: adding it to the float64 ``p`` promotes it exactly, but a product
+    with a Python scalar stays float32, so scale it after ``.to(p.dtype)``. torch's float32 normals are vectorised
+    (~4x faster than float64 on CPU, where drawing the noise was the largest cost of an OHSMC step at J = 100), and
+    a move loses nothing that matters (values on a 2^-24 grid, tails cut near 5.8 sigma, a mass of ~1e-8);
+    particles, weights and likelihoods stay float64."""
     dtype = torch.float32 if p.dtype == torch.float64 and p.device.type == "cpu" else p.dtype
     return torch.randn(p.shape, generator=generator, device=p.device, dtype=dtype)
 
