@@ -50,6 +50,11 @@ and one read for the finiteness check cut the step from 106 to 98 aten operation
 the previous code, J = 100 steps 0.976-0.978x (float64) and 0.970-0.976x (float32) as long; this benchmark then read
 J = 100 float64 14.0 fwd (fwd 0.134 ms; warm 15.9), float32 14.4: still above the 13 fwd target. At J = 1 a step
 costs ~0.9-1.0 ms (~10 fwd): the floor is per-operation and Python cost, not arithmetic.
+2026-12-04, later: the moons network's tanh GELU as x sigma(2u) on the float64 upper layer
+(``lit_bayes.models.TanhGELU``; the backward from the saved sigma(2u)), in one process interleaved with the
+previous code: J = 100 float64 steps 0.95-0.98x as long (six runs), float32 0.99-1.01x (aten's form kept there);
+this benchmark then read J = 100 float64 14.5 / 14.6 fwd (fwd 0.100 / 0.107 ms; warm 13.1 / 11.5), float32 13.6
+(warm 10.3); J = 1,000 float64 4.5 / 5.0 ms. The 13 fwd target is met by the warm column only.
 Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda] [--threads N] (one thread by default)
 [--jax-python PATH]. The last line printed is one JSON object with every figure.
 """

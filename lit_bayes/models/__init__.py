@@ -1,4 +1,5 @@
 """Plain ``nn.Module`` networks used by the samplers."""
+from lit_bayes.models.activations import TanhGELU
 from lit_bayes.models.crescent import Crescent
 from lit_bayes.models.mlp import MLP
 from lit_bayes.models.noisy_cnn import NoisyCNN
@@ -8,4 +9,4 @@ from lit_bayes.models.partial_convnet import PartialConvNet
 from lit_bayes.models.partial_from_run import PartialFromRun
 from lit_bayes.models.resnet import FrozenBatchNorm2d, ResNet20
 
-__all__ = ["Crescent", "FrozenBatchNorm2d", "MLP", "MultinomialProbit", "NoisyCNN", "NoisyMLP", "PartialBNN", "PartialConvNet", "PartialFromRun", "PartialMLP", "ResNet20"]
+__all__ = ["Crescent", "FrozenBatchNorm2d", "MLP", "MultinomialProbit", "NoisyCNN", "NoisyMLP", "PartialBNN", "PartialConvNet", "PartialFromRun", "PartialMLP", "ResNet20", "TanhGELU"]

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+from lit_bayes.models.activations import TanhGELU
 from lit_bayes.models.sequential_backprop import (Tape, psi_gradients, stochastic_linear, supports,
                                                   taped_particle_forward)
 from lit_bayes.validation import check_widths
@@ -161,12 +162,13 @@ class PartialMLP(PartialBNN):
     Args:
         widths: ``[input, hidden..., output]`` sizes, e.g. ``[2, 100, 20, 5, 1]`` for two moons.
         stochastic_layer: index of the stochastic linear layer (``2``: the third, as for moons).
-        activation: ``"gelu_tanh"`` (Flax's default GELU, the paper's), ``"gelu"``, ``"relu"`` or ``"tanh"``.
+        activation: ``"gelu_tanh"`` (Flax's default GELU, the paper's; :class:`~lit_bayes.models.activations.TanhGELU`),
+            ``"gelu"``, ``"relu"`` or ``"tanh"``.
         init: ``"xavier_normal"`` weights with zero biases (the paper's) or ``"torch"`` defaults.
     """
 
     ACTIVATIONS = {
-        "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+        "gelu_tanh": TanhGELU,
         "gelu": nn.GELU,
         "relu": nn.ReLU,
         "tanh": nn.Tanh,

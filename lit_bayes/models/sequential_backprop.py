@@ -9,7 +9,8 @@ ms written out; the whole OHSMC step becomes ~0.85x as long).
 :func:`taped_particle_forward` runs the same modules and products in the same order (the same outputs,
 to the bit) and keeps every module's input and output; :func:`psi_gradients` then goes back down with
 the linear layers' products and the derivative kernels autograd itself uses (``gelu_backward``,
-``threshold_backward``, ``tanh_backward``, ``sigmoid_backward``):
+``threshold_backward``, ``tanh_backward``, ``sigmoid_backward``; for :class:`~lit_bayes.models.activations.TanhGELU`
+in its logistic form, its own backward from the logistic factor the forward saved):
 
     dL/dW_l = G_l^T h_{l-1},   dL/db_l = sum_rows G_l,   G_{l-1} = (G_l W_l) * sigma'_{l-1},
 
@@ -24,18 +25,29 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from lit_bayes.models.activations import TanhGELU, logistic_gelu, logistic_gelu_backward, uses_logistic_form
+
 __all__ = ["ACTIVATION_BACKWARD", "Tape", "psi_gradients", "stochastic_linear", "supports", "taped_particle_forward"]
 
-#: d activation / d input applied to an upstream gradient, from the module, its input and its output
-ACTIVATION_BACKWARD: dict[type, Callable[[nn.Module, Tensor, Tensor, Tensor], Tensor]] = {
-    nn.GELU: lambda m, grad, x, y: torch.ops.aten.gelu_backward(grad, x, approximate=m.approximate),
-    nn.ReLU: lambda m, grad, x, y: torch.ops.aten.threshold_backward(grad, y, 0),
-    nn.Tanh: lambda m, grad, x, y: torch.ops.aten.tanh_backward(grad, y),
-    nn.Sigmoid: lambda m, grad, x, y: torch.ops.aten.sigmoid_backward(grad, y),
-    nn.Identity: lambda m, grad, x, y: grad,
+def _gelu_backward(module: nn.GELU, grad: Tensor, x: Tensor, y: Tensor, saved: Tensor | None) -> Tensor:
+    if saved is not None:  # a TanhGELU in its logistic form
+        return logistic_gelu_backward(grad, x, saved)
+    return torch.ops.aten.gelu_backward(grad, x, approximate=module.approximate)
+
+
+#: d activation / d input applied to an upstream gradient, from the module, its input, its output and what its
+#: taped forward saved (:func:`_taped_forward`; None for every module but a TanhGELU in its logistic form)
+ACTIVATION_BACKWARD: dict[type, Callable[[nn.Module, Tensor, Tensor, Tensor, Tensor | None], Tensor]] = {
+    nn.GELU: _gelu_backward,
+    TanhGELU: _gelu_backward,
+    nn.ReLU: lambda m, grad, x, y, saved: torch.ops.aten.threshold_backward(grad, y, 0),
+    nn.Tanh: lambda m, grad, x, y, saved: torch.ops.aten.tanh_backward(grad, y),
+    nn.Sigmoid: lambda m, grad, x, y, saved: torch.ops.aten.sigmoid_backward(grad, y),
+    nn.Identity: lambda m, grad, x, y, saved: grad,
 }
 
-Records = list[tuple[nn.Module, Tensor, Tensor]]  # (module, its input, its output), in forward order
+#: (module, its input, its output, what its backward needs besides them or None), in forward order
+Records = list[tuple[nn.Module, Tensor, Tensor, Tensor | None]]
 
 
 @dataclass
@@ -61,12 +73,20 @@ def stochastic_linear(h: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return out if bias is None else out + bias
 
 
+def _taped_forward(module: nn.Module, h: Tensor) -> tuple[Tensor, Tensor | None]:
+    """``module(h)`` (its ``forward`` called directly, without its hooks: ``nn.Module.__call__`` costs ~8 us a
+    module) and what its backward needs besides its input and output: a TanhGELU's logistic factor when it
+    takes its logistic form (the same values as its ``forward``, to the bit), else None."""
+    if type(module) is TanhGELU and uses_logistic_form(h):
+        return logistic_gelu(h)
+    return module.forward(h), None
+
+
 def _run(layers: nn.Sequential, h: Tensor, records: Records) -> Tensor:
-    """``layers(h)``, module by module, each module's input and output appended to ``records``. The modules'
-    ``forward`` is called directly (their hooks do not run): ``nn.Module.__call__`` costs ~8 us a module."""
+    """``layers(h)``, module by module, each module's record (:data:`Records`) appended to ``records``."""
     for module in layers:
-        out = module.forward(h)
-        records.append((module, h, out))
+        out, saved = _taped_forward(module, h)
+        records.append((module, h, out, saved))
         h = out
     return h
 
@@ -86,16 +106,17 @@ def taped_particle_forward(parts: tuple[nn.Sequential, nn.Linear, nn.Sequential]
 def _back(records: Records, grad: Tensor, grads: dict[Tensor, Tensor], input_grad: bool) -> Tensor | None:
     """Back through ``records`` from the gradient ``grad`` of the last output: the linear layers' parameter
     gradients into ``grads``, and the gradient of the first input when ``input_grad``."""
-    for i, (module, x, y) in enumerate(reversed(records)):
+    for i, (module, x, y, saved) in enumerate(reversed(records)):
         if isinstance(module, nn.Linear):
-            grads[module.weight] = grad.mT @ x
-            if module.bias is not None:
-                grads[module.bias] = grad.sum(0)
+            weight, bias = module.weight, module.bias  # one lookup each (nn.Module.__getattr__, ~1 us)
+            grads[weight] = grad.mT @ x
+            if bias is not None:
+                grads[bias] = grad.sum(0)
             if i == len(records) - 1 and not input_grad:
                 return None
-            grad = grad @ module.weight
+            grad = grad @ weight
         else:
-            grad = ACTIVATION_BACKWARD[type(module)](module, grad, x, y)
+            grad = ACTIVATION_BACKWARD[type(module)](module, grad, x, y, saved)
     return grad if input_grad else None
 
 

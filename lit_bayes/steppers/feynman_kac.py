@@ -121,18 +121,20 @@ class FeynmanKacStepper:
         """phi_0^j ~ pi^{1/T}, shaped like ``like`` (:meth:`lit_bayes.posterior.Prior.sample`)."""
         return self.target.prior.sample(like, generator, temperature=self.target.temperature)
 
-    def log_potential(self, point_log_lik: Tensor) -> Tensor:
-        """Incremental log-weights (1/T) sum_b log p(y_b | phi^j) ``(J,)`` from per-point
-        log-likelihoods ``(J, B)``: minus the likelihood part of the unscaled tempered energy."""
-        return -self.target.likelihood_energy(point_log_lik.sum(-1), point_log_lik.shape[-1])
+    def log_potential(self, log_lik_sums: Tensor, batch_size: int) -> Tensor:
+        """Incremental log-weights (1/T) sum_b log p(y_b | phi^j) ``(J,)`` from the particles' summed
+        log-likelihoods ``(J,)`` of a batch of ``batch_size`` points: minus the likelihood part of the
+        unscaled tempered energy, which is linear in the sum (one product)."""
+        return log_lik_sums * -self.target.likelihood_energy(1.0, batch_size)
 
     def reweight(self, cloud: Cloud, log_potential: Tensor, generator: torch.Generator) -> Reweighted:
         """Weight the cloud by ``log_potential`` and draw the ancestors (applied by :meth:`Cloud.apply`)."""
         return self.particle_stepper.reweight(cloud.log_weights, log_potential, generator)
 
-    def psi_loss(self, point_log_lik: Tensor, weights: Tensor) -> Tensor:
-        """(N/M)/T sum_j w_j [-log p(y_S | phi^j; psi)] (Eqs. 5-6), the weights held constant."""
-        energies = self.posterior.likelihood_energy(point_log_lik.sum(-1), point_log_lik.shape[-1])
+    def psi_loss(self, log_lik_sums: Tensor, batch_size: int, weights: Tensor) -> Tensor:
+        """(N/M)/T sum_j w_j [-log p(y_S | phi^j; psi)] (Eqs. 5-6) from the particles' summed log-likelihoods
+        ``(J,)`` of the M = ``batch_size`` points, the weights held constant."""
+        energies = self.posterior.likelihood_energy(log_lik_sums, batch_size)
         return torch.dot(energies, weights.detach().to(energies.dtype))
 
 
@@ -151,9 +153,10 @@ class OHSMCStepper(FeynmanKacStepper):
         """One iteration on the batch ``(x, y)``; ``reduce`` sums a per-particle tensor over
         processes. Returns the reweighting and the (detached) psi-loss."""
         self.kernel.move_(cloud.particles, generator)  # 1. move, in place
-        point_log_lik = log_lik(cloud.particles, x, y)  # (J, M), differentiable in psi
-        result = self.reweight(cloud, reduce(self.log_potential(point_log_lik.detach())), generator)  # 2.-3.
-        loss = self.psi_loss(point_log_lik, result.gradient_weights)  # 4., before 5. replaces the particles
+        sums = log_lik(cloud.particles, x, y).sum(-1)  # (J,) over the M points, differentiable in psi
+        batch_size = y.shape[0]
+        result = self.reweight(cloud, reduce(self.log_potential(sums.detach(), batch_size)), generator)  # 2.-3.
+        loss = self.psi_loss(sums, batch_size, result.gradient_weights)  # 4., before 5. replaces the particles
         psi_step(loss, result.gradient_weights)
         cloud.apply(result)  # 5.
         return result, loss.detach()
@@ -179,7 +182,7 @@ class SGSMCStepper(FeynmanKacStepper):
 
                 cloud.set_particles(self.kernel.move(cloud.particles, generator, prefix_target))
             point = log_lik(cloud.particles, x[k : k + 1], y[k : k + 1])
-            result = self.reweight(cloud, self.log_potential(point), generator)
+            result = self.reweight(cloud, self.log_potential(point.sum(-1), 1), generator)
             cloud.apply(result)
         return result
 
@@ -188,6 +191,6 @@ class SGSMCStepper(FeynmanKacStepper):
         """One iteration on the batch ``(x, y)``: the filter, then the psi step on the final cloud."""
         result = self.filter(cloud, x, y, log_lik, generator)
         weights = cloud.log_weights.exp()
-        loss = self.psi_loss(log_lik(cloud.particles, x, y), weights)
+        loss = self.psi_loss(log_lik(cloud.particles, x, y).sum(-1), y.shape[0], weights)
         psi_step(loss, weights)
         return result, loss.detach()
