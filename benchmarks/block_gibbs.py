@@ -78,6 +78,13 @@ it: 0.9 s, nothing compiled), the sweep unchanged (0.221 / 0.239 against 0.221-0
 60 s is not met on this machine today. In that run: 32 chains fused 6.7 fwd per chain (eager 9.4), 810 blocks 38.7
 (eager 74.5), against 5.0 / 22.3 on 2026-12-02: the machine, not the code (the FNBG path unchanged but for that
 option).
+2026-12-04, same code, fresh cache, one thread: first compile at 8 chains 63.8 s in this benchmark (130 blocks, one
+chain, eager: 19.5 fwd) and 49.7-69.1 s alone (five runs within an hour): the 60 s target sits inside the machine's
+drift. Tried, not kept: inductor options that skip analyses these loops do not need (tiling heuristics, loop
+reordering after fusion, pattern matching, split-cat passes, size asserts) compiled in 52.3 / 57.3 s against 59.0 /
+49.7 s interleaved (no difference beyond the drift); the layer-3 tail (10 products) left eager compiled in 46.8 /
+60.8 s against 58.5 / 69.1 s, its sweeps 1.00 / 1.03x (130 blocks, 8 / 32 chains) and 1.02 / 1.05x (810 blocks) as
+long, a cost paid on every sweep against a compile paid once per machine.
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
 ``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
 """

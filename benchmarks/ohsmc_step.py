@@ -55,6 +55,10 @@ costs ~0.9-1.0 ms (~10 fwd): the floor is per-operation and Python cost, not ari
 previous code: J = 100 float64 steps 0.95-0.98x as long (six runs), float32 0.99-1.01x (aten's form kept there);
 this benchmark then read J = 100 float64 14.5 / 14.6 fwd (fwd 0.100 / 0.107 ms; warm 13.1 / 11.5), float32 13.6
 (warm 10.3); J = 1,000 float64 4.5 / 5.0 ms. The 13 fwd target is met by the warm column only.
+Tried the same day, not kept: the taped forward and the hand-written backward as two ``torch.compile`` graphs
+(fullgraph, static shapes; ~20 s first compile). Each compiled call costs ~35-90 us of Dynamo and AOT wrappers on
+this machine, which eats most of what the fused kernels save at J = 100: steps 0.89-0.95x as long in float64
+(13.5 fwd in this benchmark), 1.06x in float32; 0.86-0.90x at J = 1,000 and 0.76x at J = 10,000 in float64.
 Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda] [--threads N] (one thread by default)
 [--jax-python PATH]. The last line printed is one JSON object with every figure.
 """
