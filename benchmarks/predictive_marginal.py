@@ -22,13 +22,24 @@ Each path is warmed up on a small slice first; wall time is one timed call (``--
 takes the minimum of several). Times are ratios within this run only; nothing asserts on them.
 
 Fraction of peak (issue 26, target >= 0.85): the matrix-product FLOPs of the predictive,
-2 S P sum_l d_l d_(l+1), per second, over the machine's sgemm rate measured in the same run
-(the best of five 2048 x 2048 float32 products, same device and thread count). The same products
+2 S P sum_l d_l d_(l+1), per second, over the machine's sgemm rate: the best of five 2048 x 2048 float32
+products (same device and thread count) measured in every path's own process right after its timed calls and
+around the two ceilings below, the best of all these in the run (until 2026-12-04 one such measurement after
+every path; on this machine the rate moves between ~50 and ~93 GFLOP/s within minutes, and the best rate of the
+run is the conservative denominator). Not before a path's calls: their freed matrices would be reused by the
+path's allocations and hide its peak memory. The same products
 timed alone, with no elementwise work, give the ceiling of that fraction for the layout used; the network's
-forward alone (products and activations, no marginalisation) gives the ceiling the marginalisation leaves.
+forward alone (products and activations, no marginalisation) gives the ceiling the marginalisation leaves
+(each against the same best rate).
 On the 2-core AMD EPYC Zen3 (AVX2; 2026-11-29, one thread, the other core busy): sgemm peak 73.6 GFLOP/s, the
 best path (chunk 100, tile 2,000) 0.53 of it, its products alone 0.83, the forward alone 0.64; the 0.85 target
-is above what the products alone reach there.
+is above what the products alone reach there. 2026-12-04, idle machine, one thread, the in-place activations of
+``StackedLinear`` (the predictive 0.96-0.97x as long, interleaved with the code before): against the best of nine
+sgemm measurements in the run (52.4-89.6 GFLOP/s, so much did the machine's speed move) the best path (chunk 100,
+tile 2,000; 3.03 s) 0.60, its products alone 0.78, the forward alone 0.64. In four runs earlier that day (before
+the in-place activations, against one sgemm rate of the run or the path's own) the same path read 0.55-0.77 and the
+products alone at the run's fastest layout 0.87-0.94: the products can reach the target; the activations (~0.15-0.25
+of peak) and the marginalisation (~0.05) are what this layout loses, in eager passes over (chunk, 10, tile) tensors.
 
 Run from the repository root:  python benchmarks/predictive_marginal.py [--device cpu|cuda]
 The last line printed is one JSON object with every figure.
@@ -205,9 +216,10 @@ def worker(args) -> None:
         sync()
         times.append(time.perf_counter() - start)
     peak = memory.stop()
+    rate = sgemm_flops_per_second(args.device)  # after the peak memory is read: its matrices stay out of it
     save_file({"probs": probs.float().cpu().contiguous()}, args.out)
     print(json.dumps({"seconds": min(times), "peak_bytes": peak, "method": memory.method,
-                      "threads": torch.get_num_threads()}))
+                      "threads": torch.get_num_threads(), "sgemm_flops": rate}))
 
 
 def sgemm_flops_per_second(device: str, size: int = 2048, repeats: int = 5) -> float:
@@ -279,6 +291,14 @@ def forward_only_seconds(args, chunk: int, tile: int, repeats: int = 3) -> float
     return best
 
 
+def timed_beside_sgemm(seconds, device: str, rates: list[float]) -> float:
+    """``seconds()`` (a timing), the sgemm rate measured right before and right after it appended to ``rates``."""
+    rates.append(sgemm_flops_per_second(device))
+    taken = seconds()
+    rates.append(sgemm_flops_per_second(device))
+    return taken
+
+
 # ---------------------------------------------------------------------- driver side
 def run_path(args, name: str, out: Path) -> dict:
     command = [
@@ -315,7 +335,7 @@ def main() -> int:
             probs[name] = load_file(str(out))["probs"]
 
     torch.set_num_threads(results["loop"]["threads"])
-    peak_rate = sgemm_flops_per_second(args.device)
+    rates = [r["sgemm_flops"] for r in results.values()]  # the rates measured after every path, and below
     flops = 2 * args.samples * args.points * sum(a * b for a, b in zip(WIDTHS[:-1], WIDTHS[1:]))
     reference = probs["loop"]
     loop_s = results["loop"]["seconds"]
@@ -330,42 +350,52 @@ def main() -> int:
     print("for scale, one (chunk x tile x 10) float32 activation: "
           + ", ".join(f"{name}: {mib:.1f} MiB" for name, mib in one.items())
           + f"; the loop's per-sample (points x 10) activation: {args.points * WIDTHS[-1] * 4 / 2**20:.2f} MiB")
-    print(f"sgemm peak (2048^2 float32, same run): {peak_rate / 1e9:.1f} GFLOP/s; the predictive's products: "
-          f"{flops / 1e9:.1f} GFLOP; 'of peak' = their rate over the sgemm peak (target >= 0.85)")
-    header = f"{'path':<46}{'seconds':>10}{'speed-up':>10}{'of peak':>9}{'peak MiB':>11}{'max |dp|':>12}"
+    best = min((n for n in names if n != "loop"), key=lambda n: results[n]["seconds"])
+    chunk, tile = parse_path(best)
+    products_s = timed_beside_sgemm(lambda: products_only_seconds(args.device, args.samples, args.points, chunk,
+                                                                  tile), args.device, rates)
+    forward_s = timed_beside_sgemm(lambda: forward_only_seconds(args, chunk, tile), args.device, rates)
+    peak_rate = max(rates)
+    print(f"sgemm peak (2048^2 float32, the best of {len(rates)} measurements in this run, {min(rates) / 1e9:.1f}"
+          f"-{peak_rate / 1e9:.1f} GFLOP/s): {peak_rate / 1e9:.1f} GFLOP/s; the predictive's products: "
+          f"{flops / 1e9:.1f} GFLOP; 'of peak' = their rate over that peak (target >= 0.85); 'sgemm GF/s': the "
+          "rate measured right after the path in its process")
+    header = (f"{'path':<46}{'seconds':>10}{'speed-up':>10}{'of peak':>9}{'sgemm GF/s':>11}{'peak MiB':>11}"
+              f"{'max |dp|':>12}")
     print(header)
     print("-" * len(header))
     figures = {"benchmark": "predictive_marginal", "device": args.device, "samples": args.samples,
                "points": args.points, "widths": WIDTHS, "threads": results["loop"]["threads"],
                "memory_method": results["loop"]["method"], "loop_s": round(loop_s, 4),
                "loop_peak_mib": round(results["loop"]["peak_bytes"] / 2**20, 1),
-               "sgemm_gflops": round(peak_rate / 1e9, 2), "predictive_gflop": round(flops / 1e9, 3)}
+               "sgemm_gflops": round(peak_rate / 1e9, 2), "sgemm_gflops_lowest": round(min(rates) / 1e9, 2),
+               "predictive_gflop": round(flops / 1e9, 3)}
+    fraction = {name: flops / results[name]["seconds"] / peak_rate for name in names}
     max_diff = 0.0
     for name in names:
         seconds = results[name]["seconds"]
         diff = float((probs[name] - reference).abs().max())
         max_diff = max(max_diff, diff)
         label = "python loop over samples" if name == "loop" else f"marginal_predictive {name}"
-        print(f"{label:<46}{seconds:>10.3f}{loop_s / seconds:>9.2f}x{flops / seconds / peak_rate:>9.2f}"
-              f"{results[name]['peak_bytes'] / 2**20:>11.1f}{diff:>12.2e}")
+        print(f"{label:<46}{seconds:>10.3f}{loop_s / seconds:>9.2f}x{fraction[name]:>9.2f}"
+              f"{results[name]['sgemm_flops'] / 1e9:>11.1f}{results[name]['peak_bytes'] / 2**20:>11.1f}{diff:>12.2e}")
         if name != "loop":
             key = "vectorised_c{}_t{}".format(*parse_path(name))
             figures[f"{key}_s"] = round(seconds, 4)
             figures[f"{key}_speedup"] = round(loop_s / seconds, 3)
             figures[f"{key}_peak_mib"] = round(results[name]["peak_bytes"] / 2**20, 1)
             figures[f"{key}_max_abs_diff"] = diff
-            figures[f"{key}_fraction_of_sgemm_peak"] = round(flops / seconds / peak_rate, 3)
-    best = min((n for n in names if n != "loop"), key=lambda n: results[n]["seconds"])
+            figures[f"{key}_sgemm_gflops"] = round(results[name]["sgemm_flops"] / 1e9, 2)
+            figures[f"{key}_fraction_of_sgemm_peak"] = round(fraction[name], 3)
     figures["vectorised_s"] = round(results[best]["seconds"], 4)
-    figures["vectorised_best_chunk"], figures["vectorised_best_tile"] = parse_path(best)
+    figures["vectorised_best_chunk"], figures["vectorised_best_tile"] = chunk, tile
     figures["speedup"] = round(loop_s / results[best]["seconds"], 3)
-    figures["fraction_of_sgemm_peak"] = round(flops / results[best]["seconds"] / peak_rate, 3)
+    figures["fraction_of_sgemm_peak"] = round(fraction[best], 3)
     figures["max_abs_diff"] = max_diff
     figures["within_tolerance"] = max_diff <= TOLERANCE
-    chunk, tile = parse_path(best)
-    ceiling = flops / products_only_seconds(args.device, args.samples, args.points, chunk, tile) / peak_rate
+    ceiling = flops / products_s / peak_rate
     figures["products_only_fraction_of_sgemm_peak"] = round(ceiling, 3)
-    forward = flops / forward_only_seconds(args, chunk, tile) / peak_rate
+    forward = flops / forward_s / peak_rate
     figures["forward_only_fraction_of_sgemm_peak"] = round(forward, 3)
     print(f"the matrix products alone at {best} (no activation, softmax or averaging): {ceiling:.2f} of peak, "
           "the ceiling of 'of peak' for this layout here")

@@ -15,9 +15,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ELEMENTWISE", "LinearLayer", "LinearStack", "StackedLinear", "linear_stack"]
+__all__ = ["ELEMENTWISE", "IN_PLACE", "LinearLayer", "LinearStack", "StackedLinear", "linear_stack"]
 
 ELEMENTWISE = (nn.Sigmoid, nn.Tanh, nn.ReLU, nn.GELU, nn.ELU, nn.LeakyReLU, nn.SiLU, nn.Softplus, nn.Identity)
+
+#: the in-place form of an activation, which :class:`StackedLinear` applies to the pre-activations it has just
+#: made (under autograd too: the products before it do not keep their outputs, and these activations' backward
+#: reads only their result), the same values to the bit with no new (S, k, B) buffer a layer: the posterior
+#: predictive of MLP(784, 10, 10, 10, 10), 1,000 samples x 10,000 points in calls of 100 x 2,000, took 0.96-0.97x
+#: the time, its stacked forward alone 0.98x (2026-12-04, AMD EPYC Zen3, one thread, interleaved in one process)
+IN_PLACE = {nn.Sigmoid: torch.sigmoid_, nn.Tanh: torch.tanh_, nn.ReLU: torch.relu_}
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,6 @@ class StackedLinear:
         h = flat @ h.T if bias_name is None else torch.addmm(params[bias_name].reshape(-1, 1), flat, h.T)
         h = h.reshape(num, width, -1)  # feature-major (S, k_j, B) keeps every product contiguous
         for (weight_name, bias_name), activation in zip(rest, self.activations):
-            weight, h = params[weight_name], activation(h)
+            weight, h = params[weight_name], IN_PLACE.get(type(activation), activation)(h)
             h = torch.bmm(weight, h) if bias_name is None else torch.baddbmm(params[bias_name].unsqueeze(-1), weight, h)
         return h.transpose(1, 2)
