@@ -27,7 +27,7 @@ def test_the_logistic_form_is_taken_only_for_large_float64_cpu_inputs():
 def test_logistic_form_equals_the_tanh_gelu(dtype):
     x = torch.cat([_inputs(4 * activations.LOGISTIC_MIN_NUMEL, dtype), torch.tensor([0.0, -30.0, 30.0], dtype=dtype)])
     y, s = activations.logistic_gelu(x)
-    # inputs up to ~12 in size; where aten's 0.5 x (1 + tanh u) cancels to 0 (x < -5) the logistic form keeps x sigma(2u)
+    # inputs up to ~12 in size; where aten's 0.5 x (1 + tanh u) cancels (large negative x), x sigma(2u) keeps digits
     tol = {"rtol": 1e-13, "atol": 1e-13} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-5}
     torch.testing.assert_close(y, F.gelu(x, approximate="tanh"), **tol)
     upstream = _inputs(x.numel(), dtype, seed=1)
