@@ -26,8 +26,9 @@ def test_stacked_forward_equals_vmap_reference(widths, activation, shape):
     torch.testing.assert_close(fast, reference, rtol=1e-5, atol=1e-5)
 
 
-def test_stacked_forward_gradients_equal_reference():
-    model = MLP([3, 4, 2], "tanh")
+@pytest.mark.parametrize("activation", ["tanh", "sigmoid", "relu"])  # applied in place (linear_stack.IN_PLACE)
+def test_stacked_forward_gradients_equal_reference(activation):
+    model = MLP([3, 4, 4, 2], activation)
     generator = torch.Generator().manual_seed(1)
     base = {n: torch.randn(5, *p.shape, generator=generator) for n, p in model.named_parameters()}
     x = torch.randn(6, 3, generator=generator)
