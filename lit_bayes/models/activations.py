@@ -86,8 +86,14 @@ class TanhGELU(nn.GELU):
         super().__init__(approximate="tanh")
 
     def forward(self, x: Tensor) -> Tensor:
-        if not uses_logistic_form(x):
-            return super().forward(x)
-        if torch.is_grad_enabled() and x.requires_grad:
+        if torch.is_grad_enabled() and x.requires_grad and uses_logistic_form(x):
             return _LogisticGELU.apply(x)[0]
-        return logistic_gelu(x)[0]
+        return self.forward_with_factor(x)[0]
+
+    def forward_with_factor(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The forward without autograd and what a hand-written backward needs besides ``x`` and the output:
+        the logistic factor sigma(2u) in the logistic form, None where aten's kernel ran
+        (:func:`logistic_gelu_backward`, :mod:`lit_bayes.models.sequential_backprop`)."""
+        if not uses_logistic_form(x):
+            return super().forward(x), None
+        return logistic_gelu(x)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from lit_bayes.models.activations import TanhGELU, logistic_gelu, logistic_gelu_backward, uses_logistic_form
+from lit_bayes.models.activations import TanhGELU, logistic_gelu_backward
 
 __all__ = ["ACTIVATION_BACKWARD", "Tape", "psi_gradients", "stochastic_linear", "supports", "taped_particle_forward"]
 
@@ -76,9 +76,9 @@ def stochastic_linear(h: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 def _taped_forward(module: nn.Module, h: Tensor) -> tuple[Tensor, Tensor | None]:
     """``module(h)`` (its ``forward`` called directly, without its hooks: ``nn.Module.__call__`` costs ~8 us a
     module) and what its backward needs besides its input and output: a TanhGELU's logistic factor when it
-    takes its logistic form (the same values as its ``forward``, to the bit), else None."""
-    if type(module) is TanhGELU and uses_logistic_form(h):
-        return logistic_gelu(h)
+    takes its logistic form (:meth:`TanhGELU.forward_with_factor`, the same values as its ``forward``), else None."""
+    if type(module) is TanhGELU:
+        return module.forward_with_factor(h)
     return module.forward(h), None
 
 
