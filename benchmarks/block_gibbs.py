@@ -85,6 +85,10 @@ reordering after fusion, pattern matching, split-cat passes, size asserts) compi
 49.7 s interleaved (no difference beyond the drift); the layer-3 tail (10 products) left eager compiled in 46.8 /
 60.8 s against 58.5 / 69.1 s, its sweeps 1.00 / 1.03x (130 blocks, 8 / 32 chains) and 1.02 / 1.05x (810 blocks) as
 long, a cost paid on every sweep against a compile paid once per machine.
+2026-12-04, later, same code, idle machine, one torch thread, the process not pinned to a core (inductor's two
+compile workers free to use both), fresh cache: first compile at 8 chains 47.9 s in this benchmark (130 blocks, one
+chain, eager 19.5 fwd; 32 chains after it 0.8 s, nothing compiled) and 46.4 / 54.4 s in two ``--chains 8`` runs; with
+``TORCHINDUCTOR_COMPILE_THREADS=1`` 55.4 / 53.3 s. Met in these runs, within a drift that put it at 50-69 s earlier.
 Run: ``python benchmarks/block_gibbs.py`` (``--sweeps`` timed sweeps after one warm-up,
 ``--chains``, ``--threads``, ``--no-naive``, ``--no-fused``).
 """

@@ -59,6 +59,12 @@ Tried the same day, not kept: the taped forward and the hand-written backward as
 (fullgraph, static shapes; ~20 s first compile). Each compiled call costs ~35-90 us of Dynamo and AOT wrappers on
 this machine, which eats most of what the fused kernels save at J = 100: steps 0.89-0.95x as long in float64
 (13.5 fwd in this benchmark), 1.06x in float32; 0.86-0.90x at J = 1,000 and 0.76x at J = 10,000 in float64.
+2026-12-04, later still: ``DirectFusedAdam`` (psi's default optimiser) without torch's step wrapper when no hook or
+profiler needs it, and its step counters one tensor: its step ~33 against ~75 us; in one process, interleaved with
+the previous code, J = 100 steps 0.93 / 0.95x as long in float64, 0.94x in float32, the same parameters to the bit.
+This benchmark then read J = 100 float64 14.3 / 13.5 fwd (``--particles 100``, fwd 0.104 / 0.105 ms; warm 11.4 / 9.9),
+and in two runs twenty minutes later 16.8 / 16.1 (fwd 0.110 / 0.095 ms; warm 13.2 / 13.0). The main column (a step
+timed once, after forwards and the autograd step) took 1.0-1.5x the warm one's milliseconds in these runs.
 Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda] [--threads N] (one thread by default)
 [--jax-python PATH]. The last line printed is one JSON object with every figure.
 """

@@ -1,4 +1,5 @@
 """Partial BNNs and the Feynman-Kac samplers: exact on a linear-Gaussian model, psi's MLE."""
+import copy
 import itertools
 import math
 
@@ -332,6 +333,59 @@ def test_direct_fused_adam_steps_exactly_like_torch_fused_adam(options, monkeypa
     assert all(p.grad is None for p in direct)
     assert isinstance(make_optimizer("adam", direct, 0.1), DirectFusedAdam)
     assert type(make_optimizer("adam", direct, 0.1, {"foreach": True})) is torch.optim.Adam
+
+
+def test_direct_fused_adam_runs_step_hooks_profiles_and_resumes_like_torch():
+    """DirectFusedAdam's step bypasses torch's step wrapper only while it has nothing to do: a registered pre-
+    or post-hook (its own or global) runs once a step, a profiler sees the step's range. Its step counters
+    are views of one tensor per group, again after a load_state_dict, and every step equals torch's fused
+    Adam, bit for bit, before and after the state moves both ways."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    torch.manual_seed(0)
+    values = [torch.randn(4, 3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)]
+    direct_params, plain_params = ([nn.Parameter(v.clone()) for v in values] for _ in range(2))
+    direct = DirectFusedAdam(direct_params, lr=0.1)
+    plain = torch.optim.Adam(plain_params, lr=0.1, fused=True)
+    generator = torch.Generator().manual_seed(1)
+
+    def step_both():
+        grads = [torch.randn(v.shape, generator=generator, dtype=v.dtype) for v in values]
+        for params, optimizer in ((direct_params, direct), (plain_params, plain)):
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            optimizer.step()
+        assert all(torch.equal(a, b) for a, b in zip(direct_params, plain_params))
+
+    def counters_are_views_of_one_tensor():
+        steps = [direct.state[p]["step"] for p in direct_params]
+        return all(s._base is not None and s._base is steps[0]._base for s in steps)
+
+    calls = []
+    step_both()  # torch's own step creates the state
+    step_both()
+    assert counters_are_views_of_one_tensor()
+    pre = direct.register_step_pre_hook(lambda *args: calls.append("pre"))
+    post = register_optimizer_step_post_hook(lambda *args: calls.append("global post"))
+    step_both()
+    assert calls == ["pre", "global post", "global post"]  # the global hook runs for the plain optimiser too
+    pre.remove()
+    post.remove()
+    step_both()
+    assert len(calls) == 3
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        step_both()
+    assert any(e.name == "Optimizer.step#DirectFusedAdam.step" for e in profiler.events())
+    direct.load_state_dict(copy.deepcopy(plain.state_dict()))  # as from a checkpoint: counters, not views of one
+    # tensor (made so again at the next step); load_state_dict keeps the given tensors, shared without the copy
+    assert not counters_are_views_of_one_tensor()
+    step_both()
+    assert counters_are_views_of_one_tensor()
+    plain.load_state_dict(copy.deepcopy(direct.state_dict()))
+    step_both()
+    for p, q in zip(direct_params, plain_params):
+        assert all(torch.equal(direct.state[p][k], plain.state[q][k]) for k in ("step", "exp_avg", "exp_avg_sq"))
+    assert float(direct.state[direct_params[0]]["step"]) == 7  # the steps taken
 
 
 @pytest.mark.parametrize("name", ["adam", "adamw", "sgd"])
