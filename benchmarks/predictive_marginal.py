@@ -7,8 +7,11 @@ likelihood, ``--samples`` parameter draws (default 1,000) and ``--points`` rando
 divided by S at the end. The vectorised paths call
 :func:`lit_bayes.predictive.marginal_predictive` with each ``--chunk-sizes`` value on tiles of
 ``--tile-points`` points (``auto``: the defaults it picks for the device, on CPU tiles of 2,000 points
-and chunks of 100 samples), and once untiled (one tile of all points) with the chunk size it picked
-before tiles existed (chunks of 20 for 10,000 points), for comparison.
+and chunks of 100 samples), once untiled (one tile of all points) with the chunk size it picked
+before tiles existed (chunks of 20 for 10,000 points), and once at the first chunk size with ``fused=False``
+(``,eager``): on CPU the other paths take :class:`lit_bayes.predictive_kernel.FusedPredictive` (the first
+layer's products in torch, everything above them in one compiled C loop), where it can be built; a line says
+which ran.
 
 Each path runs in its own subprocess (same inputs, same seed, same thread count), so the
 peak memory of one path cannot hide in another's. Peak memory is measured as:
@@ -18,28 +21,33 @@ peak memory of one path cannot hide in another's. Peak memory is measured as:
     call (an under-estimate if setup peaked higher). The method used is printed.
   * CUDA: ``torch.cuda.max_memory_allocated`` minus the allocation before the call
     (after ``reset_peak_memory_stats``).
-Each path is warmed up on a small slice first; wall time is one timed call (``--repeats``
-takes the minimum of several). Times are ratios within this run only; nothing asserts on them.
+Each path is warmed up on a small slice first (which also builds the fused kernel); wall time is one timed call
+(``--repeats`` takes the minimum of several). Times are ratios within this run only; nothing asserts on them.
 
 Fraction of peak (issue 26, target >= 0.85): the matrix-product FLOPs of the predictive,
 2 S P sum_l d_l d_(l+1), per second, over the machine's sgemm rate: the best of five 2048 x 2048 float32
 products (same device and thread count) measured in every path's own process right after its timed calls and
-around the two ceilings below, the best of all these in the run (until 2026-12-04 one such measurement after
-every path; on this machine the rate moves between ~50 and ~93 GFLOP/s within minutes, and the best rate of the
-run is the conservative denominator). Not before a path's calls: their freed matrices would be reused by the
-path's allocations and hide its peak memory. The same products
-timed alone, with no elementwise work, give the ceiling of that fraction for the layout used; the network's
-forward alone (products and activations, no marginalisation) gives the ceiling the marginalisation leaves
-(each against the same best rate).
-On the 2-core AMD EPYC Zen3 (AVX2; 2026-11-29, one thread, the other core busy): sgemm peak 73.6 GFLOP/s, the
-best path (chunk 100, tile 2,000) 0.53 of it, its products alone 0.83, the forward alone 0.64; the 0.85 target
-is above what the products alone reach there. 2026-12-04, idle machine, one thread, the in-place activations of
-``StackedLinear`` (the predictive 0.96-0.97x as long, interleaved with the code before): against the best of nine
-sgemm measurements in the run (52.4-89.6 GFLOP/s, so much did the machine's speed move) the best path (chunk 100,
-tile 2,000; 3.03 s) 0.60, its products alone 0.78, the forward alone 0.64. In four runs earlier that day (before
-the in-place activations, against one sgemm rate of the run or the path's own) the same path read 0.55-0.77 and the
-products alone at the run's fastest layout 0.87-0.94: the products can reach the target; the activations (~0.15-0.25
-of peak) and the marginalisation (~0.05) are what this layout loses, in eager passes over (chunk, 10, tile) tensors.
+around the ceiling below, the best of all these in the run (on this machine the rate moves between ~50 and ~95
+GFLOP/s within minutes, and the best rate of the run is the conservative denominator). Not before a path's calls:
+their freed matrices would be reused by the path's allocations and hide its peak memory. The same products timed
+alone, in the eager path's layout with no elementwise work (the small layers as batched products), give the
+ceiling of the eager path's fraction; the fused path does the small layers in its C loop and can pass it.
+
+Figures, 2-core AMD EPYC Zen3 (AVX2), 2026-12-04:
+  * Before the fused kernel (eager only), one thread: the best path (chunk 100, tile 2,000) read 0.55-0.77 of the
+    run's sgemm peak in five runs, its products alone 0.78-0.94; the eager elementwise passes over
+    (chunk, 10, tile) tensors (activations ~0.15-0.25 of peak, marginalisation ~0.05) were what it lost.
+  * With the fused kernel (``--repeats 3``, 18:56 UTC, idle machine): one thread (``OMP_NUM_THREADS=1``), sgemm
+    peak 94.1 GFLOP/s: chunk 100, tile 2,000 2.11 s = 0.82 of peak against 2.70 s = 0.64 eager (0.78x the time),
+    peak memory 26 against 108 MiB, max |dp| 2.3e-7; its products alone 0.89. Two threads, peak 191.1 GFLOP/s:
+    1.07 s = 0.80 against 1.43 s = 0.60 eager (0.75x), products alone 0.82. In one process, best of three calls
+    interleaved: 0.83-0.84 on one thread and on two. The 0.85 target is not reached: the first layer's product
+    runs at ~0.93-0.96 of the square-sgemm rate on one thread (~0.85-0.95 on two, its weights new to the caches at
+    every chunk), and the kernel takes ~14 % of the time (~30 ns per sample and point on one thread: 30 sigmoids,
+    10 exponentials, 300 multiply-adds; its exponentials, ~17 vector operations each, are about half of it).
+    Tried and not kept: Estrin's scheme for the exponential's polynomial, two outputs per pass over the inputs,
+    software prefetch of the next points (each within the noise), vectors of 16 or 32 lanes (GCC spills them:
+    2x slower); a log-space sum over samples (a second exponential per class and a stored row) cost ~20 % more.
 
 Run from the repository root:  python benchmarks/predictive_marginal.py [--device cpu|cuda]
 The last line printed is one JSON object with every figure.
@@ -91,9 +99,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--chunk-sizes must list positive integers or auto, --tile-points a positive integer or auto")
     if not chunks or min(chunks) < 1 or tile < 1:
         parser.error("--chunk-sizes must list positive integers or auto, --tile-points a positive integer or auto")
-    # (chunk, tile) of every vectorised path, the untiled one last
-    args.paths = list(dict.fromkeys([(c, tile) for c in chunks] + [(default_chunk_size(args.points, args.device),
-                                                                     args.points)]))
+    # (chunk, tile, fused) of every vectorised path: the eager one at the first chunk size, the untiled one last
+    args.paths = list(dict.fromkeys([(c, tile, True) for c in chunks] + [(chunks[0], tile, False)]
+                                    + [(default_chunk_size(args.points, args.device), args.points, True)]))
     return args
 
 
@@ -129,22 +137,22 @@ def loop_path(sampler, samples, x):
     return total / num
 
 
-def vectorised_path(sampler, samples, x, chunk_size, tile_points):
+def vectorised_path(sampler, samples, x, chunk_size, tile_points, fused):
     from lit_bayes.predictive import marginal_predictive, uniform_log_weights
 
     num = next(iter(samples.values())).shape[0]
     return marginal_predictive(sampler, samples, uniform_log_weights(num, x.device), x, chunk_size=chunk_size,
-                               tile_points=tile_points).probs
+                               tile_points=tile_points, fused=fused).probs
 
 
-def path_name(chunk: int, tile: int) -> str:
-    return f"chunk={chunk},tile={tile}"
+def path_name(chunk: int, tile: int, fused: bool) -> str:
+    return f"chunk={chunk},tile={tile}" + ("" if fused else ",eager")
 
 
-def parse_path(name: str) -> tuple[int, int]:
-    """``(chunk, tile)`` of a :func:`path_name`."""
-    chunk, tile = (int(part.split("=")[1]) for part in name.split(","))
-    return chunk, tile
+def parse_path(name: str) -> tuple[int, int, bool]:
+    """``(chunk, tile, fused)`` of a :func:`path_name`."""
+    parts = name.split(",")
+    return int(parts[0].split("=")[1]), int(parts[1].split("=")[1]), parts[-1] != "eager"
 
 
 def _status_kib(field: str) -> int:
@@ -197,8 +205,8 @@ def worker(args) -> None:
     if args.worker == "loop":
         run = lambda s, xx: loop_path(sampler, s, xx)  # noqa: E731
     else:
-        chunk, tile = parse_path(args.worker)
-        run = lambda s, xx: vectorised_path(sampler, s, xx, chunk, tile)  # noqa: E731
+        chunk, tile, fused = parse_path(args.worker)
+        run = lambda s, xx: vectorised_path(sampler, s, xx, chunk, tile, fused)  # noqa: E731
 
     def sync():
         if x.device.type == "cuda":
@@ -267,30 +275,6 @@ def products_only_seconds(device: str, samples: int, points: int, chunk: int, ti
     return best
 
 
-def forward_only_seconds(args, chunk: int, tile: int, repeats: int = 3) -> float:
-    """The network's stacked forward alone (``sampler.outputs``: the products and the activations), ``tile``
-    points and ``chunk`` samples at a time, no softmax or averaging: the best of ``repeats`` passes over all
-    samples. Its rate over the sgemm peak is the ceiling of "of peak" that the marginalisation's own work
-    leaves untouched."""
-    import torch
-
-    sampler, samples, x = build(args)
-    num = next(iter(samples.values())).shape[0]
-    best = float("inf")
-    with torch.no_grad():
-        for _ in range(repeats):
-            if x.device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            for point in range(0, x.shape[0], tile):
-                for first in range(0, num, chunk):
-                    sampler.outputs({n: p[first:first + chunk] for n, p in samples.items()}, x[point:point + tile])
-            if x.device.type == "cuda":
-                torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - start)
-    return best
-
-
 def timed_beside_sgemm(seconds, device: str, rates: list[float]) -> float:
     """``seconds()`` (a timing), the sgemm rate measured right before and right after it appended to ``rates``."""
     rates.append(sgemm_flops_per_second(device))
@@ -324,9 +308,11 @@ def main() -> int:
     import torch
     from safetensors.torch import load_file
 
+    from lit_bayes.predictive_kernel import fused_tile_kernel
+
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda asked for, but CUDA is not available")
-    names = ["loop"] + [path_name(c, t) for c, t in args.paths]
+    names = ["loop"] + [path_name(*path) for path in args.paths]
     results, probs = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
@@ -345,16 +331,18 @@ def main() -> int:
           f"float32, device={args.device} ({device_name}), torch threads={results['loop']['threads']}, "
           f"os.cpu_count()={os.cpu_count()}")
     print(f"peak memory = extra memory at the path's peak: {results['loop']['method']}")
-    one = {path_name(c, t): min(c, args.samples) * min(t, args.points) * WIDTHS[-1] * 4 / 2**20
-           for c, t in args.paths}
+    kernel = args.device == "cpu" and fused_tile_kernel(tuple(WIDTHS[1:]), 0) is not None
+    print("paths without ',eager': " + ("lit_bayes.predictive_kernel's fused kernel above the first layer's products"
+                                       if kernel else "the eager path (no fused kernel on this device or machine)"))
+    one = {path_name(c, t, f): min(c, args.samples) * min(t, args.points) * WIDTHS[-1] * 4 / 2**20
+           for c, t, f in args.paths}
     print("for scale, one (chunk x tile x 10) float32 activation: "
           + ", ".join(f"{name}: {mib:.1f} MiB" for name, mib in one.items())
           + f"; the loop's per-sample (points x 10) activation: {args.points * WIDTHS[-1] * 4 / 2**20:.2f} MiB")
     best = min((n for n in names if n != "loop"), key=lambda n: results[n]["seconds"])
-    chunk, tile = parse_path(best)
+    chunk, tile, _ = parse_path(best)
     products_s = timed_beside_sgemm(lambda: products_only_seconds(args.device, args.samples, args.points, chunk,
                                                                   tile), args.device, rates)
-    forward_s = timed_beside_sgemm(lambda: forward_only_seconds(args, chunk, tile), args.device, rates)
     peak_rate = max(rates)
     print(f"sgemm peak (2048^2 float32, the best of {len(rates)} measurements in this run, {min(rates) / 1e9:.1f}"
           f"-{peak_rate / 1e9:.1f} GFLOP/s): {peak_rate / 1e9:.1f} GFLOP/s; the predictive's products: "
@@ -369,7 +357,7 @@ def main() -> int:
                "memory_method": results["loop"]["method"], "loop_s": round(loop_s, 4),
                "loop_peak_mib": round(results["loop"]["peak_bytes"] / 2**20, 1),
                "sgemm_gflops": round(peak_rate / 1e9, 2), "sgemm_gflops_lowest": round(min(rates) / 1e9, 2),
-               "predictive_gflop": round(flops / 1e9, 3)}
+               "predictive_gflop": round(flops / 1e9, 3), "fused_kernel": kernel}
     fraction = {name: flops / results[name]["seconds"] / peak_rate for name in names}
     max_diff = 0.0
     for name in names:
@@ -380,7 +368,8 @@ def main() -> int:
         print(f"{label:<46}{seconds:>10.3f}{loop_s / seconds:>9.2f}x{fraction[name]:>9.2f}"
               f"{results[name]['sgemm_flops'] / 1e9:>11.1f}{results[name]['peak_bytes'] / 2**20:>11.1f}{diff:>12.2e}")
         if name != "loop":
-            key = "vectorised_c{}_t{}".format(*parse_path(name))
+            chunk_n, tile_n, fused_n = parse_path(name)
+            key = f"vectorised_c{chunk_n}_t{tile_n}" + ("" if fused_n else "_eager")
             figures[f"{key}_s"] = round(seconds, 4)
             figures[f"{key}_speedup"] = round(loop_s / seconds, 3)
             figures[f"{key}_peak_mib"] = round(results[name]["peak_bytes"] / 2**20, 1)
@@ -395,12 +384,8 @@ def main() -> int:
     figures["within_tolerance"] = max_diff <= TOLERANCE
     ceiling = flops / products_s / peak_rate
     figures["products_only_fraction_of_sgemm_peak"] = round(ceiling, 3)
-    forward = flops / forward_s / peak_rate
-    figures["forward_only_fraction_of_sgemm_peak"] = round(forward, 3)
     print(f"the matrix products alone at {best} (no activation, softmax or averaging): {ceiling:.2f} of peak, "
           "the ceiling of 'of peak' for this layout here")
-    print(f"the network's forward alone at {best} (products and activations, no softmax or averaging): "
-          f"{forward:.2f} of peak")
     print(f"max abs difference of probabilities vs loop: {max_diff:.2e} "
           f"({'OK' if max_diff <= TOLERANCE else 'ABOVE'} tolerance {TOLERANCE:g})")
     print(json.dumps(figures))

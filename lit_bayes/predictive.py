@@ -20,6 +20,7 @@ from torch import Tensor
 
 from lit_bayes import logspace
 from lit_bayes.posterior import TargetLogits
+from lit_bayes.predictive_kernel import FusedPredictive
 from lit_bayes.validation import check_int
 
 __all__ = ["Predictive", "default_chunk_size", "default_tile_points", "marginal_predictive", "posterior_samples",
@@ -157,6 +158,7 @@ def marginal_predictive(
     chunk_size: int | None = None,
     keep_per_sample: bool = False,
     tile_points: int | None = None,
+    fused: bool = True,
 ) -> Predictive:
     """Marginalise the predictive of ``sampler`` (a :class:`SamplerModule`) over ``samples``.
 
@@ -164,7 +166,11 @@ def marginal_predictive(
     normalised (``logsumexp == 0``). Points are processed ``tile_points`` at a time
     (``None``: :func:`default_tile_points`), the samples of each tile ``chunk_size`` at a time
     (``None``: :func:`default_chunk_size` of the tile). A point's predictive depends on that point
-    alone: tiles and chunks change the result only by rounding.
+    alone: tiles and chunks change the result only by rounding. With ``fused`` (and not ``keep_per_sample``), an
+    MLP classifier's float32 samples on CPU go through :class:`lit_bayes.predictive_kernel.FusedPredictive` where
+    it applies and its kernel builds: the same values to float32 rounding (tested against this function's eager
+    path), the 1,000-sample x 10,000-point MLP(784, 10, 10, 10, 10) of ``benchmarks/predictive_marginal.py`` in
+    ~0.75x the time; ``fused=False`` keeps the eager path.
     """
     if tile_points is None:
         tile_points = default_tile_points(x.shape[0], x.device)
@@ -176,8 +182,9 @@ def marginal_predictive(
     total = float(log_norm)
     if abs(total) > 1e-4:
         raise ValueError(f"log_weights must be normalised (logsumexp 0), got logsumexp {total:.3g}")
+    kernel = FusedPredictive.of(sampler, samples, x) if fused and not keep_per_sample else None
     tiles = [_marginal_tile(sampler, samples, log_weights, log_norm, x[sl], None if y is None else y[sl], chunk_size,
-                            keep_per_sample) for sl in _chunks(x.shape[0], tile_points)]
+                            keep_per_sample, kernel) for sl in _chunks(x.shape[0], tile_points)]
     if len(tiles) == 1:
         return tiles[0]
     per_sample = ("sample_log_probs", "sample_means")  # (S, B, ...): points on the second dimension
@@ -187,15 +194,22 @@ def marginal_predictive(
 
 
 def _marginal_tile(sampler, samples: dict[str, Tensor], log_weights: Tensor, log_norm: Tensor, x: Tensor,
-                   y: Tensor | None, chunk_size: int, keep_per_sample: bool) -> Predictive:
-    """:func:`marginal_predictive` of the points ``x`` (one tile), the samples ``chunk_size`` at a time."""
+                   y: Tensor | None, chunk_size: int, keep_per_sample: bool,
+                   kernel: FusedPredictive | None) -> Predictive:
+    """:func:`marginal_predictive` of the points ``x`` (one tile), the samples ``chunk_size`` at a time, through
+    ``kernel`` where given."""
     num = log_weights.shape[0]
     classification = sampler.likelihood.task == "classification"
     acc_log = None  # running log sum_s w_s p_s  (B, C) or log-lik of targets (B,)
     acc_target = None
     acc_mean = acc_second = acc_sample_entropy = None
     per_sample = []
-    for sl in _chunks(num, chunk_size):
+    underflow = None
+    if kernel is not None:  # the same sums in one pass; log p_bar(y_i | x_i) is entry y_i of log sum_s w_s p_s
+        acc_log, acc_sample_entropy, underflow = kernel.tile(x, log_weights, chunk_size)
+        acc_target = None if y is None else TARGET_ENTRIES(acc_log, y)
+    eager_chunks = _chunks(num, chunk_size) if kernel is None else ()
+    for sl in eager_chunks:
         chunk = {n: p[sl] for n, p in samples.items()}
         lw = log_weights[sl].to(x.device)
         out = sampler.outputs(chunk, x)
@@ -235,6 +249,12 @@ def _marginal_tile(sampler, samples: dict[str, Tensor], log_weights: Tensor, log
         result.entropy = entropy
         result.mutual_information = (entropy - acc_sample_entropy).clamp_min(0.0)
         result.sample_log_probs = torch.cat(per_sample) if keep_per_sample else None
+        if underflow is not None and underflow.any():  # the kernel's float32 sums lose such points: log space
+            exact = _marginal_tile(sampler, samples, log_weights, log_norm, x[underflow],
+                                   None if y is None else y[underflow], chunk_size, False, None)
+            for field in ("log_prob_target", "log_probs", "entropy", "mutual_information"):
+                if getattr(result, field) is not None:
+                    getattr(result, field)[underflow] = getattr(exact, field)
     else:
         result.mean = acc_mean.to(dtype)
         result.variance = (acc_second - acc_mean**2).clamp_min(0.0).to(dtype)

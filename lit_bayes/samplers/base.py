@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from lit_bayes.chains import ChainState, stacked_call
 from lit_bayes.cuda_probe import restore_nvml_probe, skip_nvml_probe_without_driver
 from lit_bayes.linear_stack import StackedLinear
+from lit_bayes.models.mlp import MLP
 from lit_bayes.posterior import GaussianPrior, Likelihood, Posterior, Prior
 from lit_bayes.predictive import Predictive, marginal_predictive, posterior_samples, uniform_log_weights
 from lit_bayes.strategy import release_process_group_at_exit
@@ -432,6 +433,17 @@ class SamplerModule(L.LightningModule):
         if self.vectorize and self._stacked_linear is not None and self._stacked_linear.accepts(x):
             return self._stacked_linear(net, x)
         return stacked_call(self.model, net, x, vectorize=self.vectorize)
+
+    def outputs_stack(self) -> StackedLinear | None:
+        """The :class:`~lit_bayes.linear_stack.StackedLinear` that :meth:`outputs` evaluates (a
+        :class:`lit_bayes.models.MLP`'s, or a plain linear stack's), or None where it evaluates anything else
+        (``vmap``, a model's or a subclass's own outputs): for fused evaluations of the same network
+        (:class:`lit_bayes.predictive_kernel.FusedPredictive`)."""
+        if not self.vectorize or type(self).outputs is not SamplerModule.outputs:
+            return None
+        if hasattr(self.model, "stacked_forward"):
+            return self.model.stacked if type(self.model).stacked_forward is MLP.stacked_forward else None
+        return self._stacked_linear
 
     def log_likelihood(self, params: dict[str, Tensor], output: Tensor, y: Tensor) -> Tensor:
         """Per-point log-likelihoods ``(S, B)`` of outputs ``(S, B, ...)``."""

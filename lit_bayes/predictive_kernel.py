@@ -1,0 +1,193 @@
+"""The CPU predictive of an MLP classifier fused above its first layer's products (FNBG Eq. 3.5).
+
+In eager torch, :func:`lit_bayes.predictive.marginal_predictive` spends about as long on the small layers above an
+MLP's first product, the softmax and the average over samples as on the product itself: every one of them is a
+pass over a (chunk, width, tile) tensor. Here the first layer stays one torch product of the chunk's stacked weights
+with the tile's inputs; everything above it, up to the chunk's sums sum_s w_s p_s(c) and sum_s w_s H_s, is one C
+loop (``predictive_kernel.c``) that keeps a point's activations in registers, eight points per vector. The sums are
+in probability space, float32 within the chunk and float64 across chunks; the points where a class's predictive
+falls below ``UNDERFLOW`` (probabilities that float32 flushes to 0 would count) are recomputed by the eager path in
+log space.
+
+The C source is compiled once per network shape and machine with the system's C compiler (``CC``, else ``cc``)
+into a cache folder (``LIT_BAYES_CACHE``, else ``$XDG_CACHE_HOME/lit_bayes``, else ``~/.cache/lit_bayes``), keyed
+on the source, the flags and the processor (about a second). It runs in ``torch.get_num_threads()`` OpenMP threads:
+built with ``-fopenmp``, the library takes the OpenMP runtime torch has already loaded (the same ``libgomp.so.1``),
+whose threads are still awake from the first layer's product (threads of its own would wait for those to stop
+spinning: with two threads, no faster than one). Where there is no compiler or the build fails,
+:func:`fused_tile_kernel` returns None (logged once) and the predictive takes its eager path: the two agree to
+float32 rounding (tested).
+
+It applies to float32 CPU inputs and samples of a linear stack with biases and one kind of activation (sigmoid,
+tanh or ReLU), every layer at most ``MAX_WIDTH`` wide, and a ``Categorical`` likelihood without parameters.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from lit_bayes.linear_stack import StackedLinear
+from lit_bayes.posterior import Categorical
+
+__all__ = ["FusedPredictive", "fused_tile_kernel"]
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("predictive_kernel.c")
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
+MAX_WIDTH = 64  # as in the C source
+ACTIVATION_CODES = {nn.Sigmoid: 0, nn.Tanh: 1, nn.ReLU: 2}
+# the kernel sums probabilities in float32, class probabilities below 2^-126 flushed to 0: sum_s w_s p_s(c) is off
+# by at most ~2^-126 absolute, so a point with a class below 2^-100 (relative error up to 1.5e-8) is recomputed
+UNDERFLOW = 2.0**-100
+
+
+def _cache_folder() -> Path:
+    if os.environ.get("LIT_BAYES_CACHE"):
+        return Path(os.environ["LIT_BAYES_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lit_bayes"
+
+
+def _processor() -> str:
+    """What ``-march=native`` depends on: the processor's model and feature flags where Linux lists them."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    wanted = ("model name", "flags", "Features", "CPU part")
+    return "\n".join(dict.fromkeys(line for line in lines if line.split(":")[0].strip() in wanted))
+
+
+def _compiled(compiler: str, flags: list[str]) -> Path:
+    """The library compiled with ``flags`` in the cache folder, compiled there first if missing (written under a
+    temporary name and renamed, so processes compiling at once never load a half-written file)."""
+    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), compiler.encode(), " ".join(flags).encode(),
+                                     _processor().encode(), platform.machine().encode()])).hexdigest()[:16]
+    folder = _cache_folder()
+    target = folder / f"predictive_kernel-{key}.so"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=folder, suffix=".so.partial")
+    os.close(handle)
+    try:
+        subprocess.run([compiler, *flags, "-o", partial, str(SOURCE)], check=True, capture_output=True, text=True,
+                       timeout=120)
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return target
+
+
+def _build(compiler: str, defines: list[str]) -> Path:
+    """:func:`_compiled` with OpenMP (``-fopenmp``), else without (one thread) where the compiler has none."""
+    try:
+        return _compiled(compiler, [*FLAGS, "-fopenmp", *defines])
+    except subprocess.CalledProcessError:
+        return _compiled(compiler, [*FLAGS, *defines])
+
+
+@functools.cache
+def fused_tile_kernel(widths: tuple[int, ...], activation: int):
+    """The C function ``predictive_chunk`` for layers of ``widths`` (K_1..K_L) with ``activation`` (a code of
+    ``ACTIVATION_CODES``) between them, or None where it cannot be built or loaded (logged once)."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        log.info("no C compiler (CC, cc or gcc): the posterior predictive runs in eager torch")
+        return None
+    defines = [f"-DLAYERS={len(widths)}", f"-DWIDTHS={','.join(map(str, widths))}", f"-DACTIVATION={activation}"]
+    try:
+        library = ctypes.CDLL(str(_build(compiler, defines)))
+    except (OSError, subprocess.SubprocessError) as error:
+        detail = getattr(error, "stderr", None) or error
+        log.info("the fused predictive kernel could not be built with %s (%s): the posterior predictive runs in "
+                 "eager torch", compiler, detail)
+        return None
+    function = library.predictive_chunk
+    pointer, size = ctypes.c_void_p, ctypes.c_long
+    function.argtypes = [pointer, pointer, size, size, size, pointer, pointer, pointer, ctypes.c_int]
+    function.restype = None
+    return function
+
+
+class FusedPredictive:
+    """The fused predictive of one sampler's samples: :meth:`of` says whether it applies, :meth:`tile` gives a
+    tile's ``log sum_s w_s p_s(c)`` ``(B, C)`` and ``sum_s w_s H_s`` ``(B,)``, what the eager path accumulates
+    chunk by chunk in log space, and the points to recompute there (``UNDERFLOW``)."""
+
+    def __init__(self, kernel, first: Tensor, tail: Tensor, widths: tuple[int, ...]) -> None:
+        self.kernel = kernel  # fused_tile_kernel of the network's shape
+        self.first = first  # (S, K_1, K_0): the first layer's weights
+        self.tail = tail  # (S, tail size): b_1, then W_j and b_j of every later layer, per sample
+        self.widths = widths  # K_1..K_L
+
+    @classmethod
+    def of(cls, sampler, samples: dict[str, Tensor], x: Tensor) -> FusedPredictive | None:
+        """The fused path for ``sampler``'s ``samples`` on inputs like ``x``, or None where it does not apply
+        (see the module docstring) or the kernel is not available."""
+        likelihood = sampler.likelihood
+        if type(likelihood) is not Categorical or any(True for _ in likelihood.parameters()):
+            return None
+        if x.device.type != "cpu" or x.dtype != torch.float32:
+            return None
+        stack = sampler.outputs_stack()
+        if stack is None or not stack.accepts(x):
+            return None
+        kinds = {type(a) for a in stack.activations}
+        if len(kinds) > 1 or not kinds <= ACTIVATION_CODES.keys():
+            return None
+        net, _ = sampler.split_parameters(samples)
+        if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in net.values()):
+            return None
+        weights = [net[w] for w, _ in stack.names]
+        widths = tuple(w.shape[1] for w in weights)
+        if max(widths) > MAX_WIDTH or widths[-1] != likelihood.num_classes:
+            return None
+        if any(b is None for _, b in stack.names):
+            return None
+        activation = ACTIVATION_CODES[kinds.pop()] if kinds else 0
+        kernel = fused_tile_kernel(widths, activation)
+        if kernel is None:
+            return None
+        num = weights[0].shape[0]
+        parts = [net[stack.names[0][1]]]
+        for weight_name, bias_name in stack.names[1:]:
+            parts += [net[weight_name].reshape(num, -1), net[bias_name]]
+        return cls(kernel, weights[0], torch.cat(parts, dim=1).contiguous(), widths)
+
+    def tile(self, x: Tensor, log_weights: Tensor, chunk_size: int) -> tuple[Tensor, Tensor, Tensor]:
+        """``(log sum_s w_s p_s, sum_s w_s H_s, underflow)`` of the points ``x`` ``(B, K_0)``, ``chunk_size`` samples
+        at a time (one product of the chunk's first-layer weights with ``x``, then the kernel in
+        ``torch.get_num_threads()`` threads); ``underflow`` (B,) marks the points with a class
+        probability below ``UNDERFLOW``, whose sums are not exact in float32's normal range."""
+        x = x.flatten(1) if x.dim() > 2 else x
+        points, classes, num = x.shape[0], self.widths[-1], self.first.shape[0]
+        inputs_t = x.T
+        weights = log_weights.to(x.device, torch.float64).exp().float()  # normalised, as the eager path's
+        probs = torch.zeros(classes, points, dtype=torch.float64)
+        entropy = torch.zeros(points, dtype=torch.float64)
+        chunk_probs, chunk_entropy = torch.empty(classes, points), torch.empty(points)
+        products = torch.empty(min(chunk_size, num) * self.widths[0], points)  # one buffer: no page faults a chunk
+        for start in range(0, num, chunk_size):
+            stop = min(start + chunk_size, num)
+            first = products[: (stop - start) * self.widths[0]]
+            torch.mm(self.first[start:stop].reshape((stop - start) * self.widths[0], -1), inputs_t, out=first)
+            self.kernel(first.data_ptr(), self.tail[start:stop].data_ptr(), stop - start, points, self.tail.shape[1],
+                        weights[start:].data_ptr(), chunk_probs.data_ptr(), chunk_entropy.data_ptr(),
+                        torch.get_num_threads())
+            probs += chunk_probs
+            entropy += chunk_entropy
+        underflow = (probs < UNDERFLOW).any(0)
+        return probs.log().float().T, entropy.float(), underflow
