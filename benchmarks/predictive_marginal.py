@@ -27,27 +27,31 @@ Each path is warmed up on a small slice first (which also builds the fused kerne
 Fraction of peak (issue 26, target >= 0.85): the matrix-product FLOPs of the predictive,
 2 S P sum_l d_l d_(l+1), per second, over the machine's sgemm rate: the best of five 2048 x 2048 float32
 products (same device and thread count) measured in every path's own process right after its timed calls and
-around the ceiling below, the best of all these in the run (on this machine the rate moves between ~50 and ~95
+around the ceilings below, the best of all these in the run (on this machine the rate moves between ~50 and ~95
 GFLOP/s within minutes, and the best rate of the run is the conservative denominator). Not before a path's calls:
 their freed matrices would be reused by the path's allocations and hide its peak memory. The same products timed
 alone, in the eager path's layout with no elementwise work (the small layers as batched products), give the
-ceiling of the eager path's fraction; the fused path does the small layers in its C loop and can pass it.
+ceiling of the eager path's fraction; the first layer's products alone, the fused path's (its kernel free).
 
 Figures, 2-core AMD EPYC Zen3 (AVX2), 2026-12-04:
   * Before the fused kernel (eager only), one thread: the best path (chunk 100, tile 2,000) read 0.55-0.77 of the
     run's sgemm peak in five runs, its products alone 0.78-0.94; the eager elementwise passes over
     (chunk, 10, tile) tensors (activations ~0.15-0.25 of peak, marginalisation ~0.05) were what it lost.
-  * With the fused kernel (``--repeats 3``, 18:56 UTC, idle machine): one thread (``OMP_NUM_THREADS=1``), sgemm
-    peak 94.1 GFLOP/s: chunk 100, tile 2,000 2.11 s = 0.82 of peak against 2.70 s = 0.64 eager (0.78x the time),
-    peak memory 26 against 108 MiB, max |dp| 2.3e-7; its products alone 0.89. Two threads, peak 191.1 GFLOP/s:
-    1.07 s = 0.80 against 1.43 s = 0.60 eager (0.75x), products alone 0.82. In one process, best of three calls
-    interleaved: 0.83-0.84 on one thread and on two. The 0.85 target is not reached: the first layer's product
-    runs at ~0.93-0.96 of the square-sgemm rate on one thread (~0.85-0.95 on two, its weights new to the caches at
-    every chunk), and the kernel takes ~14 % of the time (~30 ns per sample and point on one thread: 30 sigmoids,
-    10 exponentials, 300 multiply-adds; its exponentials, ~17 vector operations each, are about half of it).
+  * With the fused kernel (``--repeats 3``, idle machine), chunk 100, tile 2,000. One thread
+    (``OMP_NUM_THREADS=1``): 2.11 s = 0.82 of the run's peak (94.1 GFLOP/s) against 2.70 s = 0.64 eager (0.78x the
+    time), peak memory 26 against 108 MiB, max |dp| 2.3e-7, products alone (eager layout) 0.89; a later run 2.05 s =
+    0.837 against 2.72 s = 0.63, the first layer's products alone 1.04 (all the FLOPs over their time). Two threads:
+    1.07 s = 0.80 (peak 191.1) against 1.43 s = 0.60 (0.75x), products alone 0.82; a later run 1.00 s = 0.848
+    against 1.33 s = 0.64, the first layer's products alone 0.90. In one process, best of three calls interleaved:
+    0.83-0.84 on one thread and on two. So the 0.85 target is reached to within 0.01-0.03 and not reliably: the
+    first layer's product runs at ~0.93-0.96 of the square-sgemm rate on one thread (~0.85-0.95 on two, its weights
+    new to the caches at every chunk), and the kernel takes ~14 % of the time (~30 ns per sample and point on one
+    thread: 30 sigmoids, 10 exponentials, 300 multiply-adds; its exponentials, ~17 vector operations each, are about
+    half of it).
     Tried and not kept: Estrin's scheme for the exponential's polynomial, two outputs per pass over the inputs,
-    software prefetch of the next points (each within the noise), vectors of 16 or 32 lanes (GCC spills them:
-    2x slower); a log-space sum over samples (a second exponential per class and a stored row) cost ~20 % more.
+    software prefetch of the next points (each within the noise), vectors of 16 or 32 lanes (GCC spills them: 2x
+    slower), each activation consumed by all outputs at once (input-major loops: 1.8x slower); a log-space sum over
+    samples (a second exponential per class and a stored row) cost ~20 % more.
 
 Run from the repository root:  python benchmarks/predictive_marginal.py [--device cpu|cuda]
 The last line printed is one JSON object with every figure.
@@ -247,11 +251,14 @@ def sgemm_flops_per_second(device: str, size: int = 2048, repeats: int = 5) -> f
     return 2 * size**3 / best
 
 
-def products_only_seconds(device: str, samples: int, points: int, chunk: int, tile: int, repeats: int = 3) -> float:
+def products_only_seconds(device: str, samples: int, points: int, chunk: int, tile: int, first_only: bool = False,
+                          repeats: int = 3) -> float:
     """The predictive's matrix products alone, ``tile`` points and ``chunk`` samples at a time in the layout
-    of ``MLP.stacked_forward`` (first layer one product over the chunk, then batched products), with
-    no activation, softmax or averaging: the best of ``repeats`` passes over all samples. Their
-    rate over the sgemm peak is the ceiling of "of peak" for this layout on this device."""
+    of ``MLP.stacked_forward`` (first layer one product over the chunk, then batched products; ``first_only``:
+    the first layer's products alone, as the fused path makes them), with no activation, softmax or averaging:
+    the best of ``repeats`` passes over all samples. All the predictive's FLOPs over that time, over the sgemm
+    peak, is the ceiling of "of peak" for this layout on this device (``first_only``: the fused path's, were its
+    kernel free)."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
@@ -267,7 +274,7 @@ def products_only_seconds(device: str, samples: int, points: int, chunk: int, ti
         for x_t in tiles:
             for size in sizes:
                 h = torch.mm(weights[0][:size].reshape(-1, WIDTHS[0]), x_t).reshape(size, WIDTHS[1], -1)
-                for w in weights[1:]:
+                for w in weights[1:] if not first_only else ():
                     h = torch.bmm(w[:size], h)
         if device == "cuda":
             torch.cuda.synchronize()
@@ -343,6 +350,8 @@ def main() -> int:
     chunk, tile, _ = parse_path(best)
     products_s = timed_beside_sgemm(lambda: products_only_seconds(args.device, args.samples, args.points, chunk,
                                                                   tile), args.device, rates)
+    first_s = timed_beside_sgemm(lambda: products_only_seconds(args.device, args.samples, args.points, chunk, tile,
+                                                               first_only=True), args.device, rates)
     peak_rate = max(rates)
     print(f"sgemm peak (2048^2 float32, the best of {len(rates)} measurements in this run, {min(rates) / 1e9:.1f}"
           f"-{peak_rate / 1e9:.1f} GFLOP/s): {peak_rate / 1e9:.1f} GFLOP/s; the predictive's products: "
@@ -386,6 +395,10 @@ def main() -> int:
     figures["products_only_fraction_of_sgemm_peak"] = round(ceiling, 3)
     print(f"the matrix products alone at {best} (no activation, softmax or averaging): {ceiling:.2f} of peak, "
           "the ceiling of 'of peak' for this layout here")
+    first_ceiling = flops / first_s / peak_rate
+    figures["first_products_only_fraction_of_sgemm_peak"] = round(first_ceiling, 3)
+    print(f"the first layer's products alone at {best}: {first_ceiling:.2f} of peak, the fused path's ceiling "
+          "(its kernel free)")
     print(f"max abs difference of probabilities vs loop: {max_diff:.2e} "
           f"({'OK' if max_diff <= TOLERANCE else 'ABOVE'} tolerance {TOLERANCE:g})")
     print(json.dumps(figures))
