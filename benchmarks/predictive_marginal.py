@@ -31,7 +31,9 @@ around the ceilings below, the best of all these in the run (on this machine the
 GFLOP/s within minutes, and the best rate of the run is the conservative denominator). Not before a path's calls:
 their freed matrices would be reused by the path's allocations and hide its peak memory. The same products timed
 alone, in the eager path's layout with no elementwise work (the small layers as batched products), give the
-ceiling of the eager path's fraction; the first layer's products alone, the fused path's (its kernel free).
+ceiling of the eager path's fraction; the first layer's products alone, the fused path's (its kernel free). Both
+multiply every chunk's own weights (until 2026-12-04 one chunk's weights, kept in the caches, served every chunk:
+the ceilings quoted before that were optimistic).
 
 Figures, 2-core AMD EPYC Zen3 (AVX2), 2026-12-04:
   * Before the fused kernel (eager only), one thread: the best path (chunk 100, tile 2,000) read 0.55-0.77 of the
@@ -48,6 +50,10 @@ Figures, 2-core AMD EPYC Zen3 (AVX2), 2026-12-04:
     new to the caches at every chunk), and the kernel takes ~14 % of the time (~30 ns per sample and point on one
     thread: 30 sigmoids, 10 exponentials, 300 multiply-adds; its exponentials, ~17 vector operations each, are about
     half of it).
+  * The same at 19:39, the ceilings now multiplying every chunk's own weights: one thread 2.00 s = 0.844 against
+    2.62 s = 0.643 eager, products alone (eager layout) 0.90, the first layer's products alone 0.96; two threads
+    1.07 s = 0.824 against 1.41 s = 0.624, ceilings 0.91 and 0.96. The fused path reaches 0.86-0.88 of its own
+    ceiling.
     Tried and not kept: Estrin's scheme for the exponential's polynomial, two outputs per pass over the inputs,
     software prefetch of the next points (each within the noise), vectors of 16 or 32 lanes (GCC spills them: 2x
     slower), each activation consumed by all outputs at once (input-major loops: 1.8x slower); a log-space sum over
@@ -264,18 +270,19 @@ def products_only_seconds(device: str, samples: int, points: int, chunk: int, ti
     generator = torch.Generator().manual_seed(0)
     tiles = [torch.rand(WIDTHS[0], min(tile, points - first), generator=generator).to(device)
              for first in range(0, points, tile)]
-    weights = [torch.randn(chunk, b, a, generator=generator).to(device) for a, b in zip(WIDTHS[:-1], WIDTHS[1:])]
-    sizes = [chunk] * (samples // chunk) + ([samples % chunk] if samples % chunk else [])
+    # every sample's own weights, as in the predictive: a chunk's weights are new to the caches
+    weights = [torch.randn(samples, b, a, generator=generator).to(device) for a, b in zip(WIDTHS[:-1], WIDTHS[1:])]
     best = float("inf")
     for _ in range(repeats):
         if device == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
         for x_t in tiles:
-            for size in sizes:
-                h = torch.mm(weights[0][:size].reshape(-1, WIDTHS[0]), x_t).reshape(size, WIDTHS[1], -1)
-                for w in weights[1:] if not first_only else ():
-                    h = torch.bmm(w[:size], h)
+            for first in range(0, samples, chunk):
+                chunk_weights = [w[first:first + chunk] for w in weights]
+                h = torch.mm(chunk_weights[0].reshape(-1, WIDTHS[0]), x_t).reshape(len(chunk_weights[0]), WIDTHS[1], -1)
+                for w in chunk_weights[1:] if not first_only else ():
+                    h = torch.bmm(w, h)
         if device == "cuda":
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
