@@ -21,7 +21,6 @@
 
 #define LANES 8
 #define BLOCKS 4 /* vectors of points in flight: independent chains of multiply-adds for the processor to overlap */
-#define MAX_WIDTH 64 /* widest layer (lit_bayes/predictive_kernel.py checks it) */
 
 typedef float vf __attribute__((vector_size(LANES * sizeof(float))));
 typedef int vi __attribute__((vector_size(LANES * sizeof(int))));
@@ -29,9 +28,10 @@ typedef int vi __attribute__((vector_size(LANES * sizeof(int))));
 enum { ACT_SIGMOID = 0, ACT_TANH = 1, ACT_RELU = 2 };
 
 /* The network's shape is fixed when this file is compiled (once per shape), so that every loop over units has a
- * constant trip count and unrolls: LAYERS = L, WIDTHS = K_1, ..., K_L, ACTIVATION = one of ACT_*. */
-#if !defined(LAYERS) || !defined(WIDTHS) || !defined(ACTIVATION)
-#error "compile with -DLAYERS=L -DWIDTHS=K_1,...,K_L -DACTIVATION=0|1|2 (as lit_bayes/predictive_kernel.py does)"
+ * constant trip count and unrolls: LAYERS = L, WIDTHS = K_1, ..., K_L, MAX_WIDTH = max_j K_j (the size of the
+ * per-point buffers), ACTIVATION = one of ACT_*. */
+#if !defined(LAYERS) || !defined(WIDTHS) || !defined(MAX_WIDTH) || !defined(ACTIVATION)
+#error "compile with -DLAYERS=L -DWIDTHS=K_1,...,K_L -DMAX_WIDTH=K -DACTIVATION=0|1|2 (lit_bayes/predictive_kernel.py)"
 #endif
 static const long widths[LAYERS] = {WIDTHS};
 

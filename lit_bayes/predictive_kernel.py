@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("predictive_kernel.c")
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
-MAX_WIDTH = 64  # as in the C source
+MAX_WIDTH = 64  # widest layer compiled: the kernel keeps a (width, 4 x 8 points) buffer per layer on the stack
 ACTIVATION_CODES = {nn.Sigmoid: 0, nn.Tanh: 1, nn.ReLU: 2}
 # the kernel sums probabilities in float32, class probabilities below 2^-126 flushed to 0: sum_s w_s p_s(c) is off
 # by at most ~2^-126 absolute, so a point with a class below 2^-100 (relative error up to 1.5e-8) is recomputed
@@ -107,7 +107,8 @@ def fused_tile_kernel(widths: tuple[int, ...], activation: int):
     if compiler is None:
         log.info("no C compiler (CC, cc or gcc): the posterior predictive runs in eager torch")
         return None
-    defines = [f"-DLAYERS={len(widths)}", f"-DWIDTHS={','.join(map(str, widths))}", f"-DACTIVATION={activation}"]
+    defines = [f"-DLAYERS={len(widths)}", f"-DWIDTHS={','.join(map(str, widths))}", f"-DMAX_WIDTH={max(widths)}",
+               f"-DACTIVATION={activation}"]
     try:
         library = ctypes.CDLL(str(_build(compiler, defines)))
     except (OSError, subprocess.SubprocessError) as error:
