@@ -4,10 +4,16 @@ In eager torch, :func:`lit_bayes.predictive.marginal_predictive` spends about as
 MLP's first product, the softmax and the average over samples as on the product itself: every one of them is a
 pass over a (chunk, width, tile) tensor. Here the first layer stays one torch product of the chunk's stacked weights
 with the tile's inputs; everything above it, up to the chunk's sums sum_s w_s p_s(c) and sum_s w_s H_s, is one C
-loop (``predictive_kernel.c``) that keeps a point's activations in registers, eight points per vector. The sums are
-in probability space, float32 within the chunk and float64 across chunks; the points where a class's predictive
-falls below ``UNDERFLOW`` (probabilities that float32 flushes to 0 would count) are recomputed by the eager path in
-log space.
+loop (``predictive_kernel.c``) that keeps a point's activations in registers, 16 points per vector with AVX-512 and
+8 without. The sums are in probability space, float32 within the chunk and float64 across chunks; the points where
+a class's predictive falls below ``UNDERFLOW`` (probabilities that float32 flushes to 0 would count) are
+recomputed by the eager path in log space.
+
+The kernel runs on scaled pre-activations t = gamma g with the activation's constants folded into the samples'
+weights (:func:`folded_parameters`), so that a sigmoid or tanh unit costs one base-2 exponential, one add and one
+division, r = 1 / (1 + 2^t): sigma(g) with gamma = -log2 e, and tanh(g) = 1 - 2 r with gamma = 2 log2 e, the
+1 - 2 r going into the next layer's weights and biases; a ReLU unit is max(t, 0) with gamma = log2 e. The logits
+come scaled by log2 e, and the softmax is in base 2.
 
 The C source is compiled once per network shape and machine with the system's C compiler (``CC``, else ``cc``)
 into a cache folder (``LIT_BAYES_CACHE``, else ``$XDG_CACHE_HOME/lit_bayes``, else ``~/.cache/lit_bayes``), keyed
@@ -27,6 +33,7 @@ import ctypes
 import functools
 import hashlib
 import logging
+import math
 import os
 import platform
 import shutil
@@ -40,14 +47,18 @@ from torch import Tensor, nn
 from lit_bayes.linear_stack import StackedLinear
 from lit_bayes.posterior import Categorical
 
-__all__ = ["FusedPredictive", "fused_tile_kernel"]
+__all__ = ["FusedPredictive", "folded_parameters", "fused_tile_kernel"]
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("predictive_kernel.c")
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
 MAX_WIDTH = 64  # widest layer compiled: the kernel keeps a (width, 4 x 8 points) buffer per layer on the stack
-ACTIVATION_CODES = {nn.Sigmoid: 0, nn.Tanh: 1, nn.ReLU: 2}
+LOG2E = 1.0 / math.log(2.0)
+LOGISTIC, RELU = 0, 1  # the C source's ACT_LOGISTIC, ACT_RELU
+# activation -> (kernel code, gamma: t = gamma g, alpha and beta: the activation is alpha + beta r of the kernel's r)
+FOLDINGS = {nn.Sigmoid: (LOGISTIC, -LOG2E, 0.0, 1.0), nn.Tanh: (LOGISTIC, 2.0 * LOG2E, 1.0, -2.0),
+            nn.ReLU: (RELU, LOG2E, 0.0, 1.0 / LOG2E)}
 # the kernel sums probabilities in float32, class probabilities below 2^-126 flushed to 0: sum_s w_s p_s(c) is off
 # by at most ~2^-126 absolute, so a point with a class below 2^-100 (relative error up to 1.5e-8) is recomputed
 UNDERFLOW = 2.0**-100
@@ -99,10 +110,25 @@ def _build(compiler: str, defines: list[str]) -> Path:
         return _compiled(compiler, [*FLAGS, *defines])
 
 
+def folded_parameters(weights: list[Tensor], biases: list[Tensor], activation: type[nn.Module]) -> tuple[float, Tensor]:
+    """The kernel's parameters of the samples' layers ``weights`` ``(S, K_j, K_{j-1})`` and ``biases`` ``(S, K_j)``
+    with ``activation`` (a key of ``FOLDINGS``) between them: gamma_1, the scale of the first layer's products, and
+    per sample the row of gamma_1 b_1, then W'_j = gamma_j beta W_j (row-major) and
+    b'_j = gamma_j (b_j + alpha W_j 1) for j = 2..L (gamma_j = gamma of the activation below the logits, log2 e for
+    them), so that t_j = W'_j r_{j-1} + b'_j = gamma_j g_j. Folded in float64, rounded to float32 once."""
+    _, gamma, alpha, beta = FOLDINGS[activation]
+    scales = [gamma] * (len(weights) - 1) + [LOG2E]
+    parts = [scales[0] * biases[0].double()]
+    for scale, weight, bias in zip(scales[1:], weights[1:], biases[1:]):
+        weight = weight.double()
+        parts += [(scale * beta * weight).flatten(1), scale * (bias.double() + alpha * weight.sum(-1))]
+    return scales[0], torch.cat(parts, dim=1).float().contiguous()
+
+
 @functools.cache
 def fused_tile_kernel(widths: tuple[int, ...], activation: int):
-    """The C function ``predictive_chunk`` for layers of ``widths`` (K_1..K_L) with ``activation`` (a code of
-    ``ACTIVATION_CODES``) between them, or None where it cannot be built or loaded (logged once)."""
+    """The C function ``predictive_chunk`` for layers of ``widths`` (K_1..K_L) with ``activation`` (``LOGISTIC``
+    or ``RELU``) between them, or None where it cannot be built or loaded (logged once)."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         log.info("no C compiler (CC, cc or gcc): the posterior predictive runs in eager torch")
@@ -118,7 +144,7 @@ def fused_tile_kernel(widths: tuple[int, ...], activation: int):
         return None
     function = library.predictive_chunk
     pointer, size = ctypes.c_void_p, ctypes.c_long
-    function.argtypes = [pointer, pointer, size, size, size, pointer, pointer, pointer, ctypes.c_int]
+    function.argtypes = [pointer, ctypes.c_float, pointer, size, size, size, pointer, pointer, pointer, ctypes.c_int]
     function.restype = None
     return function
 
@@ -128,10 +154,11 @@ class FusedPredictive:
     tile's ``log sum_s w_s p_s(c)`` ``(B, C)`` and ``sum_s w_s H_s`` ``(B,)``, what the eager path accumulates
     chunk by chunk in log space, and the points to recompute there (``UNDERFLOW``)."""
 
-    def __init__(self, kernel, first: Tensor, tail: Tensor, widths: tuple[int, ...]) -> None:
+    def __init__(self, kernel, first: Tensor, scale: float, tail: Tensor, widths: tuple[int, ...]) -> None:
         self.kernel = kernel  # fused_tile_kernel of the network's shape
         self.first = first  # (S, K_1, K_0): the first layer's weights
-        self.tail = tail  # (S, tail size): b_1, then W_j and b_j of every later layer, per sample
+        self.scale = scale  # gamma_1: the kernel's t_1 = scale * W_1 x + b'_1
+        self.tail = tail  # (S, tail size): b'_1, then W'_j and b'_j of every later layer, per sample (folded)
         self.widths = widths  # K_1..K_L
 
     @classmethod
@@ -147,7 +174,7 @@ class FusedPredictive:
         if stack is None or not stack.accepts(x):
             return None
         kinds = {type(a) for a in stack.activations}
-        if len(kinds) > 1 or not kinds <= ACTIVATION_CODES.keys():
+        if len(kinds) > 1 or not kinds <= FOLDINGS.keys():
             return None
         net, _ = sampler.split_parameters(samples)
         if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in net.values()):
@@ -158,15 +185,12 @@ class FusedPredictive:
             return None
         if any(b is None for _, b in stack.names):
             return None
-        activation = ACTIVATION_CODES[kinds.pop()] if kinds else 0
-        kernel = fused_tile_kernel(widths, activation)
+        activation = kinds.pop() if kinds else nn.Sigmoid  # one layer: no activation, only the logits' scale
+        kernel = fused_tile_kernel(widths, FOLDINGS[activation][0])
         if kernel is None:
             return None
-        num = weights[0].shape[0]
-        parts = [net[stack.names[0][1]]]
-        for weight_name, bias_name in stack.names[1:]:
-            parts += [net[weight_name].reshape(num, -1), net[bias_name]]
-        return cls(kernel, weights[0], torch.cat(parts, dim=1).contiguous(), widths)
+        scale, tail = folded_parameters(weights, [net[b] for _, b in stack.names], activation)
+        return cls(kernel, weights[0], scale, tail, widths)
 
     def tile(self, x: Tensor, log_weights: Tensor, chunk_size: int) -> tuple[Tensor, Tensor, Tensor]:
         """``(log sum_s w_s p_s, sum_s w_s H_s, underflow)`` of the points ``x`` ``(B, K_0)``, ``chunk_size`` samples
@@ -185,9 +209,9 @@ class FusedPredictive:
             stop = min(start + chunk_size, num)
             first = products[: (stop - start) * self.widths[0]]
             torch.mm(self.first[start:stop].reshape((stop - start) * self.widths[0], -1), inputs_t, out=first)
-            self.kernel(first.data_ptr(), self.tail[start:stop].data_ptr(), stop - start, points, self.tail.shape[1],
-                        weights[start:].data_ptr(), chunk_probs.data_ptr(), chunk_entropy.data_ptr(),
-                        torch.get_num_threads())
+            self.kernel(first.data_ptr(), self.scale, self.tail[start:stop].data_ptr(), stop - start, points,
+                        self.tail.shape[1], weights[start:].data_ptr(), chunk_probs.data_ptr(),
+                        chunk_entropy.data_ptr(), torch.get_num_threads())
             probs += chunk_probs
             entropy += chunk_entropy
         underflow = (probs < UNDERFLOW).any(0)

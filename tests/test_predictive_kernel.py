@@ -1,5 +1,8 @@
 """The fused CPU predictive (lit_bayes.predictive_kernel) equals the eager path; where it cannot apply or cannot
 be built, the eager path runs and the results are the same."""
+import platform
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -8,7 +11,7 @@ from lit_bayes import SGMCMC, Categorical, Gaussian, GaussianPrior
 from lit_bayes import predictive_kernel
 from lit_bayes.models import MLP
 from lit_bayes.predictive import marginal_predictive
-from lit_bayes.predictive_kernel import FusedPredictive, fused_tile_kernel
+from lit_bayes.predictive_kernel import FOLDINGS, LOG2E, FusedPredictive, folded_parameters, fused_tile_kernel
 
 FIELDS = ("log_probs", "entropy", "mutual_information", "log_prob_target")
 MAX_PLUS_ONE = predictive_kernel.MAX_WIDTH + 1
@@ -57,6 +60,76 @@ def test_fused_predictive_equals_the_eager_path(activation, widths):
         fused, eager = both_paths(sampler, samples, skewed_log_weights(29, zero_weights=3), x, y, chunk_size=chunk,
                                   tile_points=21)
         assert_same_predictive(fused, eager)
+
+
+@pytest.mark.parametrize("activation", [nn.Sigmoid, nn.Tanh, nn.ReLU])
+def test_folded_parameters_give_the_kernels_scaled_pre_activations(activation):
+    """Replayed in float64 as the kernel reads them (t_1 = gamma_1 W_1 x + b'_1, r = 1 / (1 + 2^t) or max(t, 0),
+    t_j = W'_j r + b'_j), the folded parameters give gamma_j times the network's pre-activations, log2 e times its
+    logits."""
+    generator = torch.Generator().manual_seed(0)
+    widths, num = [5, 7, 6, 4], 3
+    weights = [torch.randn(num, out, inp, generator=generator) for inp, out in zip(widths, widths[1:])]
+    biases = [torch.randn(num, out, generator=generator) for out in widths[1:]]
+    x = 2.0 * torch.randn(num, widths[0], 1, generator=generator, dtype=torch.float64)
+    scale, tail = folded_parameters(weights, biases, activation)
+    code, gamma, *_ = FOLDINGS[activation]
+    g = weights[0].double() @ x + biases[0].double()[..., None]
+    t = scale * (weights[0].double() @ x) + tail[:, : widths[1], None].double()
+    offset = widths[1]
+    for j, (weight, bias) in enumerate(zip(weights[1:], biases[1:]), start=1):
+        torch.testing.assert_close(t, gamma * g, rtol=1e-6, atol=1e-6)
+        r = 1.0 / (1.0 + torch.exp2(t)) if code == predictive_kernel.LOGISTIC else t.clamp_min(0.0)
+        size = weight.shape[1] * weight.shape[2]
+        folded_weight = tail[:, offset: offset + size].double().reshape(weight.shape)
+        folded_bias = tail[:, offset + size: offset + size + weight.shape[1], None].double()
+        offset += size + weight.shape[1]
+        t = folded_weight @ r + folded_bias
+        g = weight.double() @ activation()(g) + bias.double()[..., None]
+    assert offset == tail.shape[1]
+    torch.testing.assert_close(t, LOG2E * g, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "tanh"])
+def test_fused_predictive_of_saturated_units(activation):
+    """Pre-activations of hundreds either way: the kernel's 2^t beyond its clamps at t = -127 and 128 gives the
+    activation's limits."""
+    sampler = SGMCMC(MLP([3, 8, 8, 4], activation=activation), Categorical(4), num_data=50)
+    samples = draws(sampler, 12, variance=400.0)
+    x, y = 5.0 * torch.randn(30, 3), torch.randint(0, 4, (30,))
+    net, _ = sampler.split_parameters(samples)
+    weight, bias = (net[name] for name in sampler.outputs_stack().names[0])
+    first = weight @ x.T + bias[..., None]
+    assert first.max() > 128.0 and first.min() < -128.0  # the regime this test is about: |t| > 128 log2 e
+    fused, eager = both_paths(sampler, samples, skewed_log_weights(12), x, y, chunk_size=5)
+    assert_same_predictive(fused, eager, atol=1e-3)  # float32 logs of magnitude ~1e2
+
+
+def compiler_targets_avx512() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return platform.machine() == "x86_64" and " avx512f" in flags
+
+
+@pytest.mark.skipif(not compiler_targets_avx512(), reason="the default build is the eight-lane one here")
+@pytest.mark.parametrize("activation", ["sigmoid", "relu"])
+def test_the_eight_lane_build_equals_the_eager_path(monkeypatch, tmp_path, activation):
+    """Where the kernel builds with AVX-512 (16 lanes), the build without it (8 lanes, AVX2's registers) as well."""
+    monkeypatch.setattr(predictive_kernel, "FLAGS", (*predictive_kernel.FLAGS, "-mno-avx512f"))
+    monkeypatch.setenv("LIT_BAYES_CACHE", str(tmp_path))
+    fused_tile_kernel.cache_clear()
+    try:
+        sampler = SGMCMC(MLP([6, 10, 9, 4], activation=activation), Categorical(4), num_data=50)
+        samples = draws(sampler, 29)
+        x, y = 2.0 * torch.randn(45, 6), torch.randint(0, 4, (45,))
+        fused, eager = both_paths(sampler, samples, skewed_log_weights(29, zero_weights=3), x, y, chunk_size=8,
+                                  tile_points=21)
+        assert len(list(tmp_path.glob("predictive_kernel-*.so"))) == 1  # the fused path ran, built here
+    finally:
+        fused_tile_kernel.cache_clear()
+    assert_same_predictive(fused, eager)
 
 
 def test_fused_predictive_in_several_threads_equals_one_thread():
