@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 from torch.optim import optimizer as torch_optimizer  # the global step hooks torch's step wrapper runs
 
+from lit_bayes.grad_mode import without_grad
 from lit_bayes.validation import check_positive
 
 __all__ = ["OPTIMIZERS", "DirectFusedAdam", "check_optimizer_arguments", "check_optimizer_name", "make_optimizer"]
@@ -72,7 +73,7 @@ class DirectFusedAdam(torch.optim.Adam):
 
     step.hooked = True  # torch's Optimizer.__init__ wraps a step not marked so
 
-    @torch.no_grad()
+    @without_grad
     def _direct_step(self, closure=None):
         if getattr(self, "grad_scale", None) is not None or getattr(self, "found_inf", None) is not None:
             return _adam_step(self, closure)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from lit_bayes.grad_mode import without_grad
 from lit_bayes.models.activations import TanhGELU, logistic_gelu_backward
 
 __all__ = ["ACTIVATION_BACKWARD", "Tape", "psi_gradients", "stochastic_linear", "supports", "taped_particle_forward"]
@@ -91,7 +92,7 @@ def _run(layers: nn.Sequential, h: Tensor, records: Records) -> Tensor:
     return h
 
 
-@torch.no_grad()
+@without_grad
 def taped_particle_forward(parts: tuple[nn.Sequential, nn.Linear, nn.Sequential], weight: Tensor,
                            bias: Tensor | None, x: Tensor) -> tuple[Tensor, Tape]:
     """Outputs ``(J, B, ...)`` of the network ``trunk -> stochastic layer -> above`` (``parts``) for the J
@@ -120,7 +121,7 @@ def _back(records: Records, grad: Tensor, grads: dict[Tensor, Tensor], input_gra
     return grad if input_grad else None
 
 
-@torch.no_grad()
+@without_grad
 def psi_gradients(tape: Tape, grad_output: Tensor) -> dict[Tensor, Tensor]:
     """The gradients of the trunk's and the upper layers' linear parameters (psi), by parameter, given the
     gradient ``grad_output`` ``(J, B, ...)`` of a loss with respect to the outputs of the taped forward."""

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from lit_bayes.grad_mode import without_grad
 from lit_bayes.models.partial_bnn import PartialBNN
 from lit_bayes.models.sequential_backprop import Tape
 from lit_bayes.optimizers import check_optimizer_arguments, make_optimizer
@@ -212,13 +213,13 @@ class FeynmanKacSampler(PartialBNNSampler):
             return True
         return self.trainer.world_size == 1 and self.trainer.precision in ("32-true", "64-true")
 
+    @without_grad
     def taped_point_log_likelihoods(self, particles: Mapping[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
         """:meth:`point_log_likelihoods` without autograd, its forward kept for :meth:`psi_step_by_hand`."""
         phi, _ = self.split_parameters(particles)
         outputs, tape = self.model.taped_particle_forward(phi, x)
         self._taped["last"] = (tape, outputs, y)
-        with torch.no_grad():
-            return self.log_likelihood(particles, outputs, y)
+        return self.log_likelihood(particles, outputs, y)
 
     def psi_step_by_hand(self, optimizer, loss: Tensor, weights: Tensor) -> None:
         """:meth:`psi_step` with the gradient of the loss (N/M)/T sum_j w_j [-log p(y | phi^j; psi)] from the

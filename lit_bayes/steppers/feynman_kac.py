@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lit_bayes.grad_mode import without_grad
 from lit_bayes.posterior import Posterior
 from lit_bayes.steppers.kernels import make_kernel
 from lit_bayes.steppers.smc import ParticleStepper, Reweighted
@@ -77,19 +78,19 @@ class Cloud:
     log_weights: Tensor
     log_evidence: Tensor
 
-    @torch.no_grad()
+    @without_grad
     def set_particles(self, particles: Mapping[str, Tensor]) -> None:
         for name, p in self.particles.items():
             p.copy_(particles[name])
 
-    @torch.no_grad()
+    @without_grad
     def restart(self, particles: Mapping[str, Tensor]) -> None:
         """Particles ``particles`` with uniform weights and a zero log-evidence."""
         self.set_particles(particles)
         self.log_weights.fill_(-math.log(self.log_weights.shape[0]))
         self.log_evidence.zero_()
 
-    @torch.no_grad()
+    @without_grad
     def apply(self, result: Reweighted) -> None:
         """Take the reweighting: resample the particles (if it did), new weights, evidence increment."""
         if result.ancestors is not None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor
 
+from lit_bayes.grad_mode import without_grad
 from lit_bayes.posterior import GaussianPrior
 from lit_bayes.validation import check_int, check_positive
 
@@ -47,7 +48,7 @@ class RandomWalk:
     def move(self, particles: Particles, generator: torch.Generator, log_target=None) -> dict[str, Tensor]:
         return {n: torch.add(p, _noise(p, generator), alpha=self.std) for n, p in particles.items()}
 
-    @torch.no_grad()
+    @without_grad
     def move_(self, particles: Particles, generator: torch.Generator) -> None:
         """:meth:`move` in place: the same values from the same draws, without new tensors."""
         for p in particles.values():
@@ -77,7 +78,7 @@ class OrnsteinUhlenbeck:
             out[name] = z * p + scale * _noise(p, generator).to(p.dtype)
         return out
 
-    @torch.no_grad()
+    @without_grad
     def move_(self, particles: Particles, generator: torch.Generator) -> None:
         """:meth:`move` in place: the same values from the same draws, without new tensors."""
         for name, p in particles.items():
