@@ -175,3 +175,37 @@ def test_random_walk_metropolis_rejects_nan_targets_and_needs_a_target():
 def test_make_kernel_rejects_bad_arguments(name, options, match):
     with pytest.raises(ValueError, match=match):
         make_kernel(name, GaussianPrior(1.0), options)
+
+
+@pytest.mark.parametrize("scheme", ["stratified", "systematic"])
+def test_grid_resamplers_equal_their_formula_with_a_fresh_arange(scheme):
+    """The resamplers keep one ``arange(J)`` per size and device: the same uniforms and ancestors as the formulas
+    u_j = (j + U_j) / J and (j + U) / J with ``arange`` made on each call, to the bit."""
+    log_w = _log_weights([0.3, 0.1, 0.0, 0.25, 0.35])
+    for seed in range(3):
+        gen, ref = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        for _ in range(2):  # the second call takes the kept arange
+            offsets = torch.rand(5 if scheme == "stratified" else 1, generator=ref, dtype=torch.float64)
+            uniforms = (torch.arange(5) + offsets) / 5
+            cdf = torch.softmax(log_w, dim=-1, dtype=torch.float64).cumsum(-1)
+            expected = torch.searchsorted(cdf, uniforms, right=True).clamp(max=4)
+            assert torch.equal(resample(log_w, scheme, gen), expected)
+
+
+def test_cloud_apply_copies_the_ancestors_rows_weights_and_evidence():
+    """Cloud.apply (by ``index_select``) leaves every particle ``p[ancestors]``, the new weights and the evidence
+    plus its increment, in the live tensors."""
+    from lit_bayes.steppers.feynman_kac import Cloud
+    from lit_bayes.steppers.smc import Reweighted
+
+    gen = torch.Generator().manual_seed(0)
+    particles = {"w": torch.randn(6, 2, 3, generator=gen, dtype=torch.float64), "b": torch.randn(6, 2, generator=gen)}
+    start = {n: p.clone() for n, p in particles.items()}
+    cloud = Cloud(particles, torch.zeros(6, dtype=torch.float64), torch.tensor(1.5, dtype=torch.float64))
+    ancestors = torch.tensor([5, 0, 0, 3, 2, 5])
+    new_weights = torch.randn(6, dtype=torch.float64)
+    cloud.apply(Reweighted(new_weights, ancestors, torch.full((6,), 1 / 6), torch.tensor(0.25, dtype=torch.float64),
+                           torch.tensor(3.0)))
+    for name, p in particles.items():
+        assert p is cloud.particles[name] and torch.equal(p, start[name][ancestors]), name
+    assert torch.equal(cloud.log_weights, new_weights) and float(cloud.log_evidence) == 1.75

@@ -92,9 +92,10 @@ class Cloud:
 
     @without_grad
     def apply(self, result: Reweighted) -> None:
-        """Take the reweighting: resample the particles (if it did), new weights, evidence increment."""
+        """Take the reweighting: resample the particles (if it did; ``index_select``, the same rows as indexing at
+        about half its cost), new weights, evidence increment."""
         if result.ancestors is not None:
-            self.set_particles({n: p[result.ancestors] for n, p in self.particles.items()})
+            self.set_particles({n: p.index_select(0, result.ancestors) for n, p in self.particles.items()})
         self.log_weights.copy_(result.log_weights)
         self.log_evidence.add_(result.log_increment.to(self.log_evidence.dtype))
 

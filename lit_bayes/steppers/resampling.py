@@ -7,16 +7,24 @@ can never select a particle past the end.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 __all__ = ["RESAMPLERS", "resample"]
 
 
+@functools.lru_cache(maxsize=16)
+def _indices(num: int, device: torch.device) -> Tensor:
+    """``arange(num)`` on ``device``, made once (an OHSMC step resamples every step, issue 26); read, never written."""
+    return torch.arange(num, device=device)
+
+
 def _inverse_cdf(log_weights: Tensor, uniforms: Tensor) -> Tensor:
-    """Indices ``i`` with ``cumsum(w)[i-1] <= u < cumsum(w)[i]`` for sorted ``u`` in [0, 1)."""
+    """Indices ``i`` with ``cumsum(w)[i-1] <= u < cumsum(w)[i]`` for sorted float64 ``u`` in [0, 1)."""
     cdf = torch.softmax(log_weights, dim=-1, dtype=torch.float64).cumsum_(dim=-1)
-    index = torch.searchsorted(cdf, uniforms.double(), right=True)
+    index = torch.searchsorted(cdf, uniforms, right=True)
     return index.clamp_(max=log_weights.shape[-1] - 1)
 
 
@@ -31,14 +39,14 @@ def _stratified(log_weights: Tensor, generator: torch.Generator) -> Tensor:
     """One uniform in each stratum [(j)/J, (j+1)/J): u_j = (j + U_j) / J (the paper's choice)."""
     num = log_weights.shape[-1]
     offsets = torch.rand(num, generator=generator, device=log_weights.device, dtype=torch.float64)
-    return _inverse_cdf(log_weights, offsets.add_(torch.arange(num, device=log_weights.device)).div_(num))
+    return _inverse_cdf(log_weights, offsets.add_(_indices(num, log_weights.device)).div_(num))
 
 
 def _systematic(log_weights: Tensor, generator: torch.Generator) -> Tensor:
     """One shared offset: u_j = (j + U) / J."""
     num = log_weights.shape[-1]
     offset = torch.rand(1, generator=generator, device=log_weights.device, dtype=torch.float64)
-    return _inverse_cdf(log_weights, (torch.arange(num, device=log_weights.device) + offset) / num)
+    return _inverse_cdf(log_weights, (_indices(num, log_weights.device) + offset) / num)
 
 
 RESAMPLERS = {"multinomial": _multinomial, "stratified": _stratified, "systematic": _systematic}
