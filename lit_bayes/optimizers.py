@@ -1,6 +1,7 @@
 """torch optimisers by name, for the samplers that train parameters (``MAP``, the psi of ``OHSMC``/``SGSMC``)."""
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -102,7 +103,7 @@ class DirectFusedAdam(torch.optim.Adam):
         """``step += 1`` for the counters ``steps`` of ``group``'s parameters with a gradient (in order); returns
         them, as views of one tensor where they are all of the group's (see the class docstring)."""
         shared = self._counters.get(id(group))
-        if shared is None or len(steps) != len(shared[1]) or any(s is not v for s, v in zip(steps, shared[1])):
+        if shared is None or len(steps) != len(shared[1]) or not all(map(operator.is_, steps, shared[1])):
             if len(steps) != len(group["params"]):  # a parameter without gradient keeps its count
                 torch._foreach_add_(steps, 1)
                 return steps
@@ -129,15 +130,19 @@ class DirectFusedAdam(torch.optim.Adam):
                 or isinstance(group["lr"], Tensor) or isinstance(group["betas"][0], Tensor)):
             return None
         params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+        device = dtype = None  # those of the group's first parameter, read once
         for p in group["params"]:
-            if p.grad is None:
+            grad = p.grad
+            if grad is None:
                 continue
+            if dtype is None:
+                first = group["params"][0]
+                device, dtype = first.device, first.dtype
             state = self.state.get(p)
-            if (not state or p.is_complex() or p.grad.is_sparse or p.device != group["params"][0].device
-                    or p.dtype != group["params"][0].dtype):
+            if not state or dtype.is_complex or grad.is_sparse or p.dtype != dtype or p.device != device:
                 return None
             params.append(p)
-            grads.append(p.grad)
+            grads.append(grad)
             exp_avgs.append(state["exp_avg"])
             exp_avg_sqs.append(state["exp_avg_sq"])
             steps.append(state["step"])
