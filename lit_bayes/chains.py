@@ -43,8 +43,10 @@ class ChainState(nn.Module):
         return getattr(self, _key(self.names[0])).shape[0]
 
     def as_dict(self) -> dict[str, Tensor]:
-        """The live parameters by their original names (views, gradients flow)."""
-        return {name: getattr(self, _key(name)) for name in self.names}
+        """The live parameters by their original names (views, gradients flow); read from the module's own
+        parameter table, without ``nn.Module.__getattr__``'s search (an OHSMC step reads them every step)."""
+        params = self._parameters
+        return {name: params[_key(name)] for name in self.names}
 
     def snapshot(self) -> dict[str, Tensor]:
         """Detached copies of the current state (no aliasing with the live storage)."""

@@ -51,6 +51,15 @@ __all__ = [
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
+def _real_target(target: Tensor, dtype: torch.dtype) -> Tensor:
+    """Targets for arithmetic with outputs of ``dtype``: integer labels as they are (type promotion converts them
+    inside the operation, to the same values as ``.to(dtype)``, without a converted copy first; issue 26: two such
+    copies in an OHSMC step), floating and boolean targets (torch subtracts no booleans) converted to ``dtype``."""
+    if target.dtype == dtype or not (target.is_floating_point() or target.dtype == torch.bool):
+        return target
+    return target.to(dtype)
+
+
 class Likelihood(nn.Module):
     """Per-point log-likelihood ``log p(y | output)`` of a network's outputs.
 
@@ -276,13 +285,13 @@ class Bernoulli(Likelihood):
     def forward(self, output: Tensor, target: Tensor) -> Tensor:
         self.check_shapes(output, target)
         f = self._logit(output)
-        return target.to(f.dtype) * f - F.softplus(f)
+        return _real_target(target, f.dtype) * f - F.softplus(f)
 
     def output_gradient(self, output: Tensor, target: Tensor) -> Tensor:
         """y - sigmoid(f): the gradient of y f - softplus(f)."""
         self.check_shapes(output, target)
         f = self._logit(output)
-        return (target.to(f.dtype) - torch.sigmoid(f)).unsqueeze(-1)
+        return (_real_target(target, f.dtype) - torch.sigmoid(f)).unsqueeze(-1)
 
 
 class Gaussian(Likelihood):
@@ -317,13 +326,13 @@ class Gaussian(Likelihood):
     def forward(self, output: Tensor, target: Tensor) -> Tensor:
         self.check_shapes(output, target)
         mean, var = self.mean_and_variance(output)
-        return -0.5 * ((target.to(mean.dtype) - mean) ** 2 / var + torch.log(var) + _LOG_2PI)
+        return -0.5 * ((_real_target(target, mean.dtype) - mean) ** 2 / var + torch.log(var) + _LOG_2PI)
 
     def output_gradient(self, output: Tensor, target: Tensor) -> Tensor:
         """(y - f) / sigma^2, at the module's current noise scale."""
         self.check_shapes(output, target)
         mean, var = self.mean_and_variance(output)
-        return ((target.to(mean.dtype) - mean) / var).unsqueeze(-1)
+        return ((_real_target(target, mean.dtype) - mean) / var).unsqueeze(-1)
 
 
 class Prior(nn.Module):

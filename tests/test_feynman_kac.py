@@ -123,6 +123,22 @@ def test_hand_written_psi_gradient_equals_autograd(make):
             torch.testing.assert_close(grads[p], g, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_likelihoods_take_labels_of_any_dtype_as_their_converted_copy(dtype):
+    """Bernoulli and Gaussian leave integer and boolean targets to type promotion and convert floating ones of
+    another dtype: log-likelihoods and output gradients equal those of the targets converted first, to the bit."""
+    gen = torch.Generator().manual_seed(0)
+    outputs = torch.randn(3, 7, 1, generator=gen, dtype=dtype).transpose(0, 1).contiguous().transpose(0, 1)
+    labels = torch.randint(2, (7,), generator=gen)
+    for likelihood in (Bernoulli(), Gaussian(0.5)):
+        for target in (labels, labels.bool(), labels.float(), labels.double(), labels.half(), 3 * labels - 1):
+            if isinstance(likelihood, Bernoulli) and target.min() < 0:
+                continue
+            for method in (likelihood.forward, likelihood.output_gradient):
+                value = method(outputs, target)
+                assert value.dtype == dtype and torch.equal(value, method(outputs, target.to(dtype))), (target.dtype,)
+
+
 def test_hand_written_backward_is_refused_for_unknown_layers():
     model = PartialBNN(nn.Sequential(nn.Linear(2, 3), nn.Dropout(0.1), nn.Linear(3, 1)), "2")
     assert not model.hand_backprop and PartialMLP([2, 3, 1], 0).hand_backprop

@@ -227,7 +227,7 @@ class FeynmanKacSampler(PartialBNNSampler):
         summed log-likelihood (-(N/M)/T), then :meth:`PartialBNN.psi_gradients`."""
         tape, outputs, y = self._taped.pop("last")
         per_unit = self.posterior.likelihood_energy(1.0, y.shape[0])  # the energy is linear in the sum
-        scale = weights.to(outputs.dtype).mul(per_unit).view(-1, *([1] * (outputs.dim() - 1)))
+        scale = weights.mul(per_unit).view(-1, *([1] * (outputs.dim() - 1)))
         grads = self.model.psi_gradients(tape, self.likelihood.output_gradient(outputs, y).mul_(scale))
         optimizer.zero_grad()
         for p, grad in grads.items():  # every parameter of psi

@@ -97,7 +97,7 @@ class Cloud:
         if result.ancestors is not None:
             self.set_particles({n: p.index_select(0, result.ancestors) for n, p in self.particles.items()})
         self.log_weights.copy_(result.log_weights)
-        self.log_evidence.add_(result.log_increment.to(self.log_evidence.dtype))
+        self.log_evidence.add_(result.log_increment)
 
 
 class FeynmanKacStepper:
