@@ -11,6 +11,7 @@ from torch import nn
 from lit_bayes import OHSMC, SGSMC, Bernoulli, Categorical, Gaussian
 from lit_bayes.data import LinearRegression, TwoMoons
 from lit_bayes.models import MLP, PartialBNN, PartialMLP
+from lit_bayes.models.sequential_backprop import stochastic_linear
 from lit_bayes.optimizers import DirectFusedAdam, make_optimizer
 from lit_bayes.posterior import GaussianPrior, Posterior
 from lit_bayes.steppers.feynman_kac import OHSMCStepper
@@ -137,6 +138,19 @@ def test_likelihoods_take_labels_of_any_dtype_as_their_converted_copy(dtype):
             for method in (likelihood.forward, likelihood.output_gradient):
                 value = method(outputs, target)
                 assert value.dtype == dtype and torch.equal(value, method(outputs, target.to(dtype))), (target.dtype,)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_stochastic_linear_equals_the_plain_product_to_the_bit(dtype):
+    """The particles' layer as ``F.linear`` without a bias gives the values of ``h @ W.T`` plus the bias."""
+    gen = torch.Generator().manual_seed(0)
+    for points, num, width_out, width_in in [(20, 100, 5, 20), (7, 3, 4, 9), (1, 1, 1, 1)]:
+        h = torch.randn(points, width_in, generator=gen, dtype=dtype)
+        weight = torch.randn(num, width_out, width_in, generator=gen, dtype=dtype)
+        bias = torch.randn(num, width_out, generator=gen, dtype=dtype)
+        plain = (h @ weight.reshape(-1, width_in).T).reshape(points, num, width_out)
+        assert torch.equal(stochastic_linear(h, weight, None), plain)
+        assert torch.equal(stochastic_linear(h, weight, bias), plain + bias)
 
 
 def test_hand_written_backward_is_refused_for_unknown_layers():

@@ -38,7 +38,7 @@ _KAPPA = 0.044715
 def uses_logistic_form(x: Tensor) -> bool:
     """Whether :class:`TanhGELU` evaluates ``x`` in the logistic form (a float64 CPU tensor of at least
     :data:`LOGISTIC_MIN_NUMEL` values)."""
-    return x.dtype == torch.float64 and x.device.type == "cpu" and x.numel() >= LOGISTIC_MIN_NUMEL
+    return x.dtype == torch.float64 and x.is_cpu and x.numel() >= LOGISTIC_MIN_NUMEL
 
 
 def logistic_gelu(x: Tensor) -> tuple[Tensor, Tensor]:

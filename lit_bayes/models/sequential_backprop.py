@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lit_bayes.grad_mode import without_grad
@@ -30,10 +31,13 @@ from lit_bayes.models.activations import TanhGELU, logistic_gelu_backward
 
 __all__ = ["ACTIVATION_BACKWARD", "Tape", "psi_gradients", "stochastic_linear", "supports", "taped_particle_forward"]
 
+_ATEN_GELU_BACKWARD = torch.ops.aten.gelu_backward.default  # the overload itself: no overload resolution per call
+
+
 def _gelu_backward(module: nn.GELU, grad: Tensor, x: Tensor, y: Tensor, saved: Tensor | None) -> Tensor:
     if saved is not None:  # a TanhGELU in its logistic form
         return logistic_gelu_backward(grad, x, saved)
-    return torch.ops.aten.gelu_backward(grad, x, approximate=module.approximate)
+    return _ATEN_GELU_BACKWARD(grad, x, approximate=module.approximate)
 
 
 #: d activation / d input applied to an upstream gradient, from the module, its input, its output and what its
@@ -69,8 +73,9 @@ def supports(layers: nn.Sequential) -> bool:
 def stochastic_linear(h: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """J particles ``weight`` ``(J, out, in)``, ``bias`` ``(J, out)`` of a linear layer on the trunk's output
     ``h`` ``(B, in)``: ``(B, J, out)``. One (B, in) x (in, J out) product, the rows kept point-major, so that
-    ``(B, J, out)`` flattens to the rows of the layers above without a copy."""
-    out = (h @ weight.reshape(-1, weight.shape[-1]).T).reshape(h.shape[0], weight.shape[0], -1)
+    ``(B, J, out)`` flattens to the rows of the layers above without a copy. The product is ``F.linear`` without a
+    bias (``h @ W.T``, the same values; the transpose taken in C++)."""
+    out = F.linear(h, weight.reshape(-1, weight.shape[-1])).reshape(h.shape[0], weight.shape[0], -1)
     return out if bias is None else out + bias
 
 

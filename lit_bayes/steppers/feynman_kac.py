@@ -137,7 +137,7 @@ class FeynmanKacStepper:
         """(N/M)/T sum_j w_j [-log p(y_S | phi^j; psi)] (Eqs. 5-6) from the particles' summed log-likelihoods
         ``(J,)`` of the M = ``batch_size`` points, the weights held constant."""
         energies = self.posterior.likelihood_energy(log_lik_sums, batch_size)
-        return torch.dot(energies, weights.detach().to(energies.dtype))
+        return torch.dot(energies, weights.detach().to(dtype=energies.dtype))
 
 
 class OHSMCStepper(FeynmanKacStepper):

@@ -33,7 +33,7 @@ def _noise(p: Tensor, generator: torch.Generator) -> Tensor:
     (~4x faster than float64 on CPU, where drawing the noise was the largest cost of an OHSMC step at J = 100), and
     a move loses nothing that matters (values on a 2^-24 grid, tails cut near 5.8 sigma, a mass of ~1e-8);
     particles, weights and likelihoods stay float64."""
-    dtype = torch.float32 if p.dtype == torch.float64 and p.device.type == "cpu" else p.dtype
+    dtype = torch.float32 if p.dtype == torch.float64 and p.is_cpu else p.dtype
     return torch.randn(p.shape, generator=generator, device=p.device, dtype=dtype)
 
 
