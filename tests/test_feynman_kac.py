@@ -88,14 +88,25 @@ def test_partial_bnn_gradient_reaches_psi_only():
     assert all(p.grad is None for p in model.stochastic_parameters().values())
 
 
+class _ShiftedLinear(nn.Linear):
+    """A subclass of ``nn.Linear`` with a forward of its own (a linear layer whose bias is shifted by 0.5): the
+    taped forward runs it, not ``F.linear``."""
+
+    def forward(self, x):
+        return super().forward(x) + 0.5
+
+
 def _models_with_known_layers():
     """PartialMLPs of every activation the hand-written backward knows, the stochastic layer first, in the
-    middle and last, and a plain Sequential with Sigmoid, Identity and a linear layer without bias."""
+    middle and last, a plain Sequential with Sigmoid, Identity and a linear layer without bias, and one with
+    subclasses of ``nn.Linear`` around the stochastic layer."""
     for activation in ("gelu_tanh", "gelu", "relu", "tanh"):
         for stochastic_layer in (0, 1, 2):
             yield lambda out, k=stochastic_layer, a=activation: PartialMLP([3, 6, 5, out], k, activation=a)
     yield lambda out: PartialBNN(nn.Sequential(nn.Linear(3, 4, bias=False), nn.Sigmoid(), nn.Linear(4, 5),
                                                nn.Identity(), nn.Linear(5, out)), "2")
+    yield lambda out: PartialBNN(nn.Sequential(_ShiftedLinear(3, 4), nn.Tanh(), nn.Linear(4, 5), nn.ReLU(),
+                                               _ShiftedLinear(5, out)), "2")
 
 
 @pytest.mark.parametrize("make", list(_models_with_known_layers()))

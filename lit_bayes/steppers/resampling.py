@@ -17,8 +17,9 @@ __all__ = ["RESAMPLERS", "resample"]
 
 @functools.lru_cache(maxsize=16)
 def _indices(num: int, device: torch.device) -> Tensor:
-    """``arange(num)`` on ``device``, made once (an OHSMC step resamples every step, issue 26); read, never written."""
-    return torch.arange(num, device=device)
+    """``arange(num)`` in float64 on ``device``, made once (an OHSMC step resamples every step, issue 26); read, never
+    written. Float64 like the uniforms it is added to (the same sums as the integers', without a converting loop)."""
+    return torch.arange(num, device=device, dtype=torch.float64)
 
 
 def _inverse_cdf(log_weights: Tensor, uniforms: Tensor) -> Tensor:
