@@ -207,6 +207,25 @@ def test_ohsmc_steps_with_the_hand_written_gradient_equal_autograd_steps(dtype):
         torch.testing.assert_close(runs[True][name], value, rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("outer", [True, False])
+def test_ohsmc_step_by_hand_runs_without_grad_and_the_autograd_step_in_the_callers_mode(outer):
+    """The hand-written path's whole step runs with grad mode off, the autograd path's in the caller's grad mode
+    (on: it needs autograd); both leave the caller's mode as it was."""
+    x, y = torch.randn(6, 2, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 1, 0, 1, 0])
+    for hand in (True, False) if outer else (True,):
+        torch.manual_seed(0)
+        sampler = OHSMC(PartialMLP([2, 8, 3, 1], 1), Bernoulli(), num_particles=5, num_data=40, seed=0,
+                        hand_backprop=hand)
+        sampler.setup("fit")
+        optimizer = sampler.configure_optimizers()
+        modes, log_potential = [], sampler.stepper.log_potential
+        sampler.stepper.log_potential = lambda *args: modes.append(torch.is_grad_enabled()) or log_potential(*args)
+        with torch.set_grad_enabled(outer):
+            sampler.transition(x, y, optimizer)
+            assert torch.is_grad_enabled() is outer
+        assert modes == [outer and not hand]
+
+
 def test_partial_bnn_rejects_bad_arguments():
     with pytest.raises(ValueError, match="stochastic"):
         PartialBNN(nn.Sequential(nn.Linear(2, 2)), "5")
