@@ -65,6 +65,30 @@ the previous code, J = 100 steps 0.93 / 0.95x as long in float64, 0.94x in float
 This benchmark then read J = 100 float64 14.3 / 13.5 fwd (``--particles 100``, fwd 0.104 / 0.105 ms; warm 11.4 / 9.9),
 and in two runs twenty minutes later 16.8 / 16.1 (fwd 0.110 / 0.095 ms; warm 13.2 / 13.0). The main column (a step
 timed once, after forwards and the autograd step) took 1.0-1.5x the warm one's milliseconds in these runs.
+2026-12-06, the same 2-core AMD EPYC (Zen4, AVX-512), one thread on CPU 1, the other core running single-threaded
+jobs: fewer operations and less Python per step, the same draws and values to the bit. A py-spy profile of a loop
+of steps (J = 100, float64) put ~23 % of the time in Python lines, ~14 % in torch's argument parsing, ~30 % in
+the dispatcher, TensorIterator and malloc, ~25 % in kernels and MKL; each operation costs ~2.5x its isolated time
+inside a step, so the work went into operations and Python, not arithmetic: ``lit_bayes.grad_mode.without_grad``
+for the step's seven ``@torch.no_grad()`` calls, and the hand-written path's whole step with grad mode off;
+``index_select`` for the resampled rows, one kept ``arange(J)``; integer labels to Bernoulli by type promotion
+(no copy), no dtype no-ops, ``.to(dtype=...)`` (parsed in ~0.4 against ~0.9 us), ``Tensor.is_cpu`` for
+``device.type``, the particles' product as ``F.linear``, a plain ``nn.Linear``'s parameters from its parameter
+table, ``DirectFusedAdam``'s loop trimmed. In one process, old code (f9a387f) and new interleaved
+(400-600 steps each, medians): J = 100 float64 0.882-0.887x as long (0.72 -> 0.64 ms), float32 0.885x, J = 1,000
+float64 0.937x (before the last two changes); timed as this benchmark times (each step after 10 forwards and the
+autograd step) 0.897-0.899x. This benchmark, J = 100 (batched / warm fwd): 03:18, new float64 15.3 / 12.7, 15.6 /
+12.7, 14.6 / 12.9 (fwd 0.046-0.047 ms), float32 14.5 / 13.7, 15.8 / 14.1, 14.4 / 13.5; then old and new in turn,
+float64: old 16.8 / 14.9, 19.2 / 15.9, 16.9 / 14.4 against new 12.6 / 11.9, 14.0 / 12.8, 13.9 / 11.8 (fwd
+0.046-0.063 ms). With the unit at ~0.047 ms (it read 0.105 ms at 02:02 the same day, when the old code read 13.1)
+the batched column is still above 13 fwd; the warm one is below. Tried, not kept: the stochastic layer's bias
+through ``addmm`` (MKL accumulates into the bias: float64 values differ by ~1e-14); ``addcmul`` for two steps of
+the logistic GELU's backward (contracted to FMA: not the same bits); the output layer's outer product in the
+transposed layout (7.3 -> 4.5 us, but the strided read in the next product gave it back: 33.2 against 32.7 us);
+``bincount`` with kept float weights for the copy shares (~0.3 %, new dtype cases); a linear layer's parameters
+kept on its tape record (an existing test reads the records). Left as they are: the backward's (20 x 500) x
+(500 x 20) product (~28 us in MKL for 0.4 MFLOP), torch's float32 normals (~36 us for 10,000) and the trunk's
+tanh GELU in aten's form (a change of form changes the bits).
 Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda] [--threads N] (one thread by default)
 [--jax-python PATH]. The last line printed is one JSON object with every figure.
 """
