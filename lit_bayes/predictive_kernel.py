@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("predictive_kernel.c")
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
-MAX_WIDTH = 64  # widest layer compiled: the kernel keeps a (width, 4 x 8 points) buffer per layer on the stack
+MAX_WIDTH = 64  # widest layer compiled: the kernel keeps a (width, 2 vectors of 8 or 16 points) buffer on the stack
 LOG2E = 1.0 / math.log(2.0)
 LOGISTIC, RELU = 0, 1  # the C source's ACT_LOGISTIC, ACT_RELU
 # activation -> (kernel code, gamma: t = gamma g, alpha and beta: the activation is alpha + beta r of the kernel's r)
