@@ -6,18 +6,22 @@ Dense1 with the third layer stochastic (105 stochastic, 2,326 deterministic para
 variance 0.01, stratified resampling every step, Adam on psi. For each J in ``--particles``
 and each dtype (float64, float32):
 
-  * ``batched``: :meth:`lit_bayes.OHSMC.transition` (trunk once per batch, the stochastic
-    layer as one batched product over particles, the layers above on all J x B rows), psi's gradient
-    by the hand-written backward (``hand_backprop``, :mod:`lit_bayes.models.sequential_backprop`);
-  * ``autograd``: the same with ``hand_backprop=False`` (the gradient through autograd), timed in turn
-    with ``batched`` (``hand/auto``: their ratio);
+  * ``batched``: :meth:`lit_bayes.OHSMC.transition` as it runs by default: the network's outputs for the J
+    particles and psi's gradient in one C call each (``fused``, :mod:`lit_bayes.models.particle_kernel`: the trunk
+    once per point, the layers from the stochastic one up once per particle and point);
+  * ``unfused``: the same with ``fused=False``: the trunk once per batch, the stochastic layer as one batched
+    product over particles, the layers above on all J x B rows, psi's gradient by the hand-written backward
+    (``hand_backprop``, :mod:`lit_bayes.models.sequential_backprop`), all as torch operations
+    (``fused/unfused``: the ratio to ``batched``);
+  * ``autograd``: the same with ``hand_backprop=False`` (the gradient through autograd; ``hand/auto``: the ratio
+    of ``batched`` to it); the three timed in turn;
   * ``loop``: the same step with ``vectorize=False``: one full forward pass per particle
     (the reference), timed for J <= ``--loop-max`` only.
 
 Times are medians of ``--repeats`` steps after ``--warmup`` steps, each step timed once after a block of
-forwards and the other path's step; ``warm`` times the batched step again in blocks of 10 steps in a row (a loop
-of steps alone), beside its own forwards: on a step of ~1 ms the two read 1.0-1.3x apart. Before timing, the two
-paths' per-particle log-likelihoods are checked to agree. ``fwd`` is the plain forward-equivalent
+forwards and the other paths' steps; ``warm`` times the batched step again in blocks of 10 steps in a row (a loop
+of steps alone), beside its own forwards: on a step of ~1 ms the two read 1.0-1.3x apart. After timing, the batched,
+fused and loop paths' per-particle log-likelihoods are checked to agree. ``fwd`` is the plain forward-equivalent
 of ``plain_forward.py`` (the moons network as ``F.linear`` + tanh-GELU layers, the GELU of
 ``PartialMLP`` and of the authors' Flax network, and a summed Bernoulli loss on the batch of 20, one
 network, same dtype), warm: the median of blocks of 10 calls timed before each step pair
@@ -135,10 +139,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def build(num_particles: int, dtype: torch.dtype, device: str, vectorize: bool, hand_backprop: bool = True):
+def build(num_particles: int, dtype: torch.dtype, device: str, vectorize: bool, hand_backprop: bool = True,
+          fused: bool = True):
     torch.manual_seed(0)
     sampler = OHSMC(PartialMLP([2, 100, 20, 5, 1], 2), Bernoulli(), num_particles=num_particles,
-                    num_data=100, seed=0, vectorize=vectorize, hand_backprop=hand_backprop)
+                    num_data=100, seed=0, vectorize=vectorize, hand_backprop=hand_backprop, fused=fused)
     sampler = sampler.to(device=device, dtype=dtype)
     sampler.setup("fit")
     optimizer = sampler.configure_optimizers()
@@ -179,20 +184,25 @@ def main(argv=None) -> None:
     x0, y0 = next(iter(data.train_dataloader()))
     results = []
     print(f"device {args.device}, {args.threads} threads; ms per OHSMC step, batch 20")
-    print(f"{'J':>6} {'dtype':>8} {'fwd':>7} {'batched':>9} {'in fwd':>7} {'warm':>7} {'in fwd':>7} {'autograd':>9} "
-          f"{'hand/auto':>9} {'loop':>9} {'loop/batched':>12} {'JAX f64 ref':>11}")
+    print(f"{'J':>6} {'dtype':>8} {'fwd':>7} {'batched':>9} {'in fwd':>7} {'warm':>7} {'in fwd':>7} {'unfused':>9} "
+          f"{'fused/unfused':>13} {'autograd':>9} {'hand/auto':>9} {'loop':>9} {'loop/batched':>12} "
+          f"{'JAX f64 ref':>11}")
     for num in args.particles:
         for dtype in (torch.float64, torch.float32):
             x, y = x0.to(args.device, dtype), y0.to(args.device)
             fast, fast_opt = build(num, dtype, args.device, True)
+            unfused, unfused_opt = build(num, dtype, args.device, True, fused=False)
             auto, auto_opt = build(num, dtype, args.device, True, hand_backprop=False)
             row = {"particles": num, "dtype": str(dtype).split(".")[-1]}
             forward = plain_forward([2, 100, 20, 5, 1], "gelu_tanh", "bernoulli", x, y.to(dtype))
             unit, steps = unit_and_call_seconds(
                 forward, {"batched": synced(lambda: fast.transition(x, y, fast_opt), args.device),
+                          "unfused": synced(lambda: unfused.transition(x, y, unfused_opt), args.device),
                           "autograd": synced(lambda: auto.transition(x, y, auto_opt), args.device)},
                 args.repeats, warmup=args.warmup)
             row["batched_ms"], row["autograd_ms"] = 1e3 * steps["batched"], 1e3 * steps["autograd"]
+            row["unfused_ms"] = 1e3 * steps["unfused"]
+            row["fused_over_unfused"] = row["batched_ms"] / row["unfused_ms"]
             row["hand_over_autograd"] = row["batched_ms"] / row["autograd_ms"]
             row["fwd_ms"] = 1e3 * unit
             row["batched_fwd_equiv"] = row["batched_ms"] / row["fwd_ms"]
@@ -208,9 +218,11 @@ def main(argv=None) -> None:
                     ll_slow = slow.point_log_likelihoods(params, x, y)
                     fast.model.load_state_dict(slow.model.state_dict())
                     ll_fast = fast.point_log_likelihoods(params, x, y)
+                    ll_fused = fast.taped_point_log_likelihoods(params, x, y)  # the kernel's, where it applies
                 tol = 1e-9 if dtype == torch.float64 else 1e-4
-                if not torch.allclose(ll_fast, ll_slow, atol=tol, rtol=tol):
-                    raise SystemExit(f"batched and loop log-likelihoods differ for J={num}, {dtype}")
+                if not (torch.allclose(ll_fast, ll_slow, atol=tol, rtol=tol)
+                        and torch.allclose(ll_fused, ll_slow, atol=tol, rtol=tol)):
+                    raise SystemExit(f"batched, fused and loop log-likelihoods differ for J={num}, {dtype}")
                 repeats = max(3, args.repeats // 10)
                 loop_step = synced(lambda: slow.transition(x, y, slow_opt), args.device)
                 row["loop_ms"] = 1e3 * median_seconds({"loop": loop_step}, repeats, warmup=1)["loop"]
@@ -231,6 +243,7 @@ def main(argv=None) -> None:
             ref = f"{reference:11.1f}" if reference is not None else f"{'-':>11}"
             print(f"{num:6d} {row['dtype']:>8} {row['fwd_ms']:7.3f} {row['batched_ms']:9.2f} "
                   f"{row['batched_fwd_equiv']:7.1f} {row['warm_ms']:7.2f} {row['warm_fwd_equiv']:7.1f} "
+                  f"{row['unfused_ms']:9.2f} {row['fused_over_unfused']:13.2f} "
                   f"{row['autograd_ms']:9.2f} {row['hand_over_autograd']:9.2f} "
                   f"{loop} {ratio} {ref}")
             if "jax_f64_ms" in row:

@@ -15,9 +15,8 @@ division, r = 1 / (1 + 2^t): sigma(g) with gamma = -log2 e, and tanh(g) = 1 - 2 
 1 - 2 r going into the next layer's weights and biases; a ReLU unit is max(t, 0) with gamma = log2 e. The logits
 come scaled by log2 e, and the softmax is in base 2.
 
-The C source is compiled once per network shape and machine with the system's C compiler (``CC``, else ``cc``)
-into a cache folder (``LIT_BAYES_CACHE``, else ``$XDG_CACHE_HOME/lit_bayes``, else ``~/.cache/lit_bayes``), keyed
-on the source, the flags and the processor (about a second). It runs in ``torch.get_num_threads()`` OpenMP threads:
+The C source is compiled once per network shape and machine (:func:`lit_bayes.native.compiled`: the system's C
+compiler, a cache folder keyed on the source, the flags and the processor; about a second). It runs in ``torch.get_num_threads()`` OpenMP threads:
 built with ``-fopenmp``, the library takes the OpenMP runtime torch has already loaded (the same ``libgomp.so.1``),
 whose threads are still awake from the first layer's product (threads of its own would wait for those to stop
 spinning: with two threads, no faster than one). Where there is no compiler or the build fails,
@@ -31,20 +30,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
 import math
-import os
-import platform
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from lit_bayes.linear_stack import StackedLinear
+from lit_bayes.native import c_compiler, compiled
 from lit_bayes.posterior import Categorical
 
 __all__ = ["FusedPredictive", "folded_parameters", "fused_tile_kernel"]
@@ -64,50 +58,12 @@ FOLDINGS = {nn.Sigmoid: (LOGISTIC, -LOG2E, 0.0, 1.0), nn.Tanh: (LOGISTIC, 2.0 * 
 UNDERFLOW = 2.0**-100
 
 
-def _cache_folder() -> Path:
-    if os.environ.get("LIT_BAYES_CACHE"):
-        return Path(os.environ["LIT_BAYES_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lit_bayes"
-
-
-def _processor() -> str:
-    """What ``-march=native`` depends on: the processor's model and feature flags where Linux lists them."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or platform.machine()
-    wanted = ("model name", "flags", "Features", "CPU part")
-    return "\n".join(dict.fromkeys(line for line in lines if line.split(":")[0].strip() in wanted))
-
-
-def _compiled(compiler: str, flags: list[str]) -> Path:
-    """The library compiled with ``flags`` in the cache folder, compiled there first if missing (written under a
-    temporary name and renamed, so processes compiling at once never load a half-written file)."""
-    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), compiler.encode(), " ".join(flags).encode(),
-                                     _processor().encode(), platform.machine().encode()])).hexdigest()[:16]
-    folder = _cache_folder()
-    target = folder / f"predictive_kernel-{key}.so"
-    if target.exists():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=folder, suffix=".so.partial")
-    os.close(handle)
-    try:
-        subprocess.run([compiler, *flags, "-o", partial, str(SOURCE)], check=True, capture_output=True, text=True,
-                       timeout=120)
-        os.replace(partial, target)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
-    return target
-
-
 def _build(compiler: str, defines: list[str]) -> Path:
-    """:func:`_compiled` with OpenMP (``-fopenmp``), else without (one thread) where the compiler has none."""
+    """The kernel compiled with OpenMP (``-fopenmp``), else without (one thread) where the compiler has none."""
     try:
-        return _compiled(compiler, [*FLAGS, "-fopenmp", *defines])
+        return compiled(SOURCE, compiler, [*FLAGS, "-fopenmp", *defines])
     except subprocess.CalledProcessError:
-        return _compiled(compiler, [*FLAGS, *defines])
+        return compiled(SOURCE, compiler, [*FLAGS, *defines])
 
 
 def folded_parameters(weights: list[Tensor], biases: list[Tensor], activation: type[nn.Module]) -> tuple[float, Tensor]:
@@ -129,7 +85,7 @@ def folded_parameters(weights: list[Tensor], biases: list[Tensor], activation: t
 def fused_tile_kernel(widths: tuple[int, ...], activation: int):
     """The C function ``predictive_chunk`` for layers of ``widths`` (K_1..K_L) with ``activation`` (``LOGISTIC``
     or ``RELU``) between them, or None where it cannot be built or loaded (logged once)."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    compiler = c_compiler()
     if compiler is None:
         log.info("no C compiler (CC, cc or gcc): the posterior predictive runs in eager torch")
         return None

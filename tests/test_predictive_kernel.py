@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from lit_bayes import SGMCMC, Categorical, Gaussian, GaussianPrior
-from lit_bayes import predictive_kernel
+from lit_bayes import native, predictive_kernel
 from lit_bayes.models import MLP
 from lit_bayes.predictive import marginal_predictive
 from lit_bayes.predictive_kernel import FOLDINGS, LOG2E, FusedPredictive, folded_parameters, fused_tile_kernel
@@ -106,8 +106,8 @@ def test_fused_predictive_of_saturated_units(activation):
 
 def processor_has_avx512() -> bool:
     """Whether this x86-64 processor lists AVX-512, so that the kernel's ``-march=native`` build has 16 lanes (read
-    from what the kernel's cache key reads, ``predictive_kernel._processor``)."""
-    return platform.machine() == "x86_64" and " avx512f" in predictive_kernel._processor()
+    from what the kernel's cache key reads, ``native.processor``)."""
+    return platform.machine() == "x86_64" and " avx512f" in native.processor()
 
 
 @pytest.mark.skipif(not processor_has_avx512(), reason="the default build is the eight-lane one here")

@@ -16,6 +16,7 @@ from torch.func import functional_call, vmap
 from lit_bayes.models.activations import TanhGELU
 from lit_bayes.models.sequential_backprop import (Tape, psi_gradients, stochastic_linear, supports,
                                                   taped_particle_forward)
+from lit_bayes.models.particle_kernel import ParticleNetwork
 from lit_bayes.validation import check_widths
 
 __all__ = ["PartialBNN", "PartialMLP"]
@@ -69,6 +70,8 @@ class PartialBNN(nn.Module):
         #: between linear layers and activations that :mod:`~lit_bayes.models.sequential_backprop` knows
         self.hand_backprop = (self._parts is not None and isinstance(self._parts[1], nn.Linear)
                               and supports(self._parts[0]) and supports(self._parts[2]))
+        #: the network as the particle kernel runs it, where that applies to its shape
+        self.particle_network = ParticleNetwork.of(self.net, self._parts[1]) if self.hand_backprop else None
 
     def fix_deterministic(self) -> PartialBNN:
         """Hold psi fixed at its current values for the generic samplers: a
@@ -122,16 +125,19 @@ class PartialBNN(nn.Module):
         top = above(out.flatten(0, 1))  # every row at once
         return top.reshape(num, out.shape[1], *top.shape[1:])
 
-    def taped_particle_forward(self, phi: Mapping[str, Tensor], x: Tensor) -> tuple[Tensor, Tape]:
-        """:meth:`particle_forward` without autograd (the same outputs) and the tape of :meth:`psi_gradients`;
-        needs :attr:`hand_backprop` and inputs ``(B, d)``."""
+    def taped_particle_forward(self, phi: Mapping[str, Tensor], x: Tensor, fused: bool = False) -> tuple[Tensor, Tape]:
+        """:meth:`particle_forward` without autograd and the tape of :meth:`psi_gradients`; needs :attr:`hand_backprop`
+        and inputs ``(B, d)``. The same outputs to the bit, or with ``fused`` the network in the particle kernel
+        (:attr:`particle_network`, :mod:`lit_bayes.models.particle_kernel`) where it applies: the same outputs to ~1e-15
+        relative in float64, ~1e-6 in float32."""
         self._check_phi(phi)
         if not self.hand_backprop or x.dim() != 2:
             raise ValueError("taped_particle_forward needs a linear stochastic layer of an nn.Sequential between "
                              "nn.Linear layers and known activations (hand_backprop) and inputs of shape (B, d), "
                              f"got hand_backprop={self.hand_backprop} and inputs of shape {tuple(x.shape)}")
         local = {n.split(".", 1)[1]: p for n, p in phi.items()}
-        return taped_particle_forward(self._parts, local["weight"], local.get("bias"), x)
+        return taped_particle_forward(self._parts, local["weight"], local.get("bias"), x,
+                                      self.particle_network if fused else None)
 
     def psi_gradients(self, tape: Tape, grad_output: Tensor) -> dict[Tensor, Tensor]:
         """The gradients of psi's parameters (by parameter) for the gradient ``grad_output`` ``(J, B, ...)``

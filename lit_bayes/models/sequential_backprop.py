@@ -16,11 +16,15 @@ in its logistic form, its own backward from the logistic factor the forward save
 
 the stochastic layer's input gradient summed over particles, dL/dh = sum_j G^j W^j (one product of the
 (B, J out) gradients with the (J out, in) stacked particle weights).
+
+Given the network as :mod:`lit_bayes.models.particle_kernel` runs it, the same forward and backward are one C call
+each instead (the tape then holds no records), where the kernel applies.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +32,7 @@ from torch import Tensor, nn
 
 from lit_bayes.grad_mode import without_grad
 from lit_bayes.models.activations import TanhGELU, logistic_gelu_backward
+from lit_bayes.models.particle_kernel import ParticleNetwork
 
 __all__ = ["ACTIVATION_BACKWARD", "Tape", "psi_gradients", "stochastic_linear", "supports", "taped_particle_forward"]
 
@@ -58,11 +63,13 @@ Records = list[tuple[nn.Module, Tensor, Tensor, Tensor | None]]
 @dataclass
 class Tape:
     """What :func:`psi_gradients` needs of one :func:`taped_particle_forward`: the records of the trunk and
-    of the layers above, and the stacked particle weights ``(J, out, in)``."""
+    of the layers above, the stacked particle weights ``(J, out, in)``, and where the network ran in the particle
+    kernel, ``fused``: the network, its kernel, the inputs and the particles' bias (there are no records then)."""
 
     trunk: Records
     above: Records
     weight: Tensor
+    fused: tuple[ParticleNetwork, Any, Tensor, Tensor | None] | None = None
 
 
 def supports(layers: nn.Sequential) -> bool:
@@ -111,9 +118,16 @@ def _run(layers: nn.Sequential, h: Tensor, records: Records) -> Tensor:
 
 @without_grad
 def taped_particle_forward(parts: tuple[nn.Sequential, nn.Linear, nn.Sequential], weight: Tensor,
-                           bias: Tensor | None, x: Tensor) -> tuple[Tensor, Tape]:
+                           bias: Tensor | None, x: Tensor, network: ParticleNetwork | None = None
+                           ) -> tuple[Tensor, Tape]:
     """Outputs ``(J, B, ...)`` of the network ``trunk -> stochastic layer -> above`` (``parts``) for the J
-    particles ``weight``, ``bias`` on the inputs ``x`` ``(B, d)``, and the tape of :func:`psi_gradients`."""
+    particles ``weight``, ``bias`` on the inputs ``x`` ``(B, d)``, and the tape of :func:`psi_gradients`. Given the
+    whole network as the particle kernel runs it (:class:`~lit_bayes.models.particle_kernel.ParticleNetwork`), in its
+    kernel where that applies to ``x``; else as torch operations (the same values to the bit as
+    :meth:`PartialBNN.particle_forward`)."""
+    kernel = None if network is None else network.kernel(x, weight)
+    if kernel is not None:
+        return network.forward(kernel, x, weight, bias), Tape([], [], weight, (network, kernel, x, bias))
     trunk, _, above = parts
     tape = Tape([], [], weight)
     h = _run(trunk, x, tape.trunk)  # once per batch
@@ -142,6 +156,9 @@ def _back(records: Records, grad: Tensor, grads: dict[Tensor, Tensor], input_gra
 def psi_gradients(tape: Tape, grad_output: Tensor) -> dict[Tensor, Tensor]:
     """The gradients of the trunk's and the upper layers' linear parameters (psi), by parameter, given the
     gradient ``grad_output`` ``(J, B, ...)`` of a loss with respect to the outputs of the taped forward."""
+    if tape.fused is not None:
+        network, kernel, x, bias = tape.fused
+        return network.backward(kernel, x, tape.weight, bias, grad_output)
     num, points = grad_output.shape[:2]
     grads: dict[Tensor, Tensor] = {}
     grad = grad_output.transpose(0, 1).reshape(num * points, -1)  # the point-major rows of the layers above

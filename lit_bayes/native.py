@@ -1,0 +1,61 @@
+"""C kernels compiled on the user's machine and loaded with ``ctypes``: the compiler, the cache folder, the build.
+
+A kernel's source is compiled with the system's C compiler (``CC``, else ``cc``, else ``gcc``) into a cache folder
+(``LIT_BAYES_CACHE``, else ``$XDG_CACHE_HOME/lit_bayes``, else ``~/.cache/lit_bayes``), once per source, compiler,
+flags and processor (the flags hold ``-march=native`` and the kernel's shape), in about a second.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["c_compiler", "cache_folder", "compiled", "processor"]
+
+
+def c_compiler() -> str | None:
+    """The C compiler: ``CC``, else ``cc`` or ``gcc`` on the path, else None."""
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def cache_folder() -> Path:
+    if os.environ.get("LIT_BAYES_CACHE"):
+        return Path(os.environ["LIT_BAYES_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lit_bayes"
+
+
+def processor() -> str:
+    """What ``-march=native`` depends on: the processor's model and feature flags where Linux lists them."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    wanted = ("model name", "flags", "Features", "CPU part")
+    return "\n".join(dict.fromkeys(line for line in lines if line.split(":")[0].strip() in wanted))
+
+
+def compiled(source: Path, compiler: str, flags: list[str]) -> Path:
+    """The shared library of ``source`` compiled with ``flags`` in the cache folder, compiled there first if missing
+    (written under a temporary name and renamed, so processes compiling at once never load a half-written file).
+    Raises ``subprocess.CalledProcessError`` where the compiler fails."""
+    key = hashlib.sha256(b"\0".join([source.read_bytes(), compiler.encode(), " ".join(flags).encode(),
+                                     processor().encode(), platform.machine().encode()])).hexdigest()[:16]
+    folder = cache_folder()
+    target = folder / f"{source.stem}-{key}.so"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=folder, suffix=".so.partial")
+    os.close(handle)
+    try:
+        subprocess.run([compiler, *flags, "-o", partial, str(source)], check=True, capture_output=True, text=True,
+                       timeout=120)
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return target
