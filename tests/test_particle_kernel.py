@@ -103,6 +103,23 @@ def test_saturated_and_nan_units_equal_the_torch_path(activation):
         torch.testing.assert_close(grads[p], expected[p], rtol=1e-12, atol=1e-9, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("activation", [nn.GELU(approximate="tanh"), nn.Sigmoid(), nn.Tanh()])
+def test_units_saturated_past_the_exponentials_range_give_torchs_values_exactly(activation, dtype):
+    """Pre-activations of -800 to -750: the GELU's logistic factor and the sigmoid are far below the smallest normal
+    number, and the kernel's exponential gives 0 there, as torch's does, not a subnormal number (whose arithmetic
+    takes the processor's slow path): outputs equal to the bit (0 for the GELU and the sigmoid, -3 for tanh)."""
+    model = PartialBNN(nn.Sequential(nn.Linear(2, 3), activation, nn.Linear(3, 1)), "0").to(dtype)
+    nn.init.ones_(model.net[2].weight)
+    nn.init.zeros_(model.net[2].bias)
+    bias = torch.linspace(-800, -750, 12, dtype=dtype).view(4, 3)
+    phi = {"0.weight": torch.zeros(4, 3, 2, dtype=dtype), "0.bias": bias}
+    x = torch.randn(9, 2, dtype=dtype)
+    plain, _ = model.taped_particle_forward(phi, x)
+    fused, tape = model.taped_particle_forward(phi, x, fused=True)
+    assert tape.fused is not None and torch.equal(fused, plain)
+
+
 def test_networks_outside_the_kernel_are_refused():
     """:meth:`ParticleNetwork.of` returns None for modules and orders the kernel does not have, and a PartialBNN
     then has no particle network."""

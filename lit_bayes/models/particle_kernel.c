@@ -74,11 +74,12 @@ static const real inverse_factorial[14] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24,
 /* mask ? a : b lane by lane (mask lanes all ones or all zeros) */
 static inline vr vselect(vm mask, vr a, vr b) { return (vr)(((vm)a & mask) | ((vm)b & ~mask)); }
 
-/* e^x: x clamped to [lo, hi] (NaN stays NaN) so that 2^n below is a normal number, n = round(x log2 e) by one add
- * of 1.5 * 2^MANTISSA + bias (which leaves n + bias in the low mantissa bits, so that the bits shifted left by
- * MANTISSA are those of 2^n), r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 in two parts, Cody and Waite), e^r by its
- * Taylor polynomial, of degree 13 in float64 (error below 5e-18 relative) and 7 in float32 (5e-9). Below lo the
- * result is e^lo instead of 0 (about 1e-308 and 2e-38), above hi e^hi instead of e^x. */
+/* e^x: n = round(x log2 e) by one add of 1.5 * 2^MANTISSA + bias (which leaves n + bias in the low mantissa bits,
+ * so that the bits shifted left by MANTISSA are those of 2^n), r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 in two parts,
+ * Cody and Waite), e^r by its Taylor polynomial, of degree 13 in float64 (error below 5e-18 relative) and 7 in
+ * float32 (5e-9). x is clamped to [lo, hi] first, so that 2^n is a normal number, and the result is 0 below lo and
+ * +inf above hi (not a subnormal number, whose arithmetic would take the processor's slow path in the saturated
+ * units of a logistic or tanh); NaN stays NaN. */
 static inline vr vexp(vr x) {
 #if DOUBLE
     const real lo = -708.0, hi = 709.0, shift = 6755399441055744.0 + 1023.0;
@@ -91,15 +92,15 @@ static inline vr vexp(vr x) {
     const real log2e = 1.44269504088896341f;
     const int degree = 7;
 #endif
-    x = vselect(x < splat(lo), splat(lo), x);
-    x = vselect(x > splat(hi), splat(hi), x);
+    const vm under = x < splat(lo), over = x > splat(hi);
+    x = vselect(under, splat(lo), vselect(over, splat(hi), x));
     vr k = x * log2e + shift;
     vr n = k - shift;
     vr r = x - n * ln2_hi;
     r = r - n * ln2_lo;
     vr p = splat(inverse_factorial[degree]);
     for (int i = degree - 1; i >= 0; i--) p = p * r + inverse_factorial[i];
-    return p * (vr)((vm)k << MANTISSA);
+    return vselect(under, splat(0), vselect(over, splat(__builtin_inf()), p * (vr)((vm)k << MANTISSA)));
 }
 
 /* 1 / (1 + e^-x) */
