@@ -98,6 +98,17 @@ J = 100 float64 15.2 / 12.8, 13.8 / 12.9, 15.0 / 13.2 fwd (0.71 / 0.59, 0.64 / 0
 0.046-0.047 ms), float32 15.1 / 13.8, 15.0 / 14.0, 15.2 / 13.8: the 13 fwd target is not met in this unit on
 this machine, where the plain forward costs 0.046 ms against 0.107 ms on the Zen3 of issue 26's table, and the
 step, mostly per-operation cost, shrinks less than that from one machine to the other.
+2026-12-06, later, the same machine idle, one thread: the network's forward for the J particles and psi's gradient
+as one C call each (``fused``, :mod:`lit_bayes.models.particle_kernel`; ~55 torch operations fewer, 62 left),
+the values to ~1e-15 relative of the torch path's in float64. In one process, 100-step loops interleaved with
+``fused=False``: J = 100 float64 0.485 against 0.628 ms (0.77x), float32 0.79x; J = 1,000 float64 0.43x, J = 10,000
+0.61x, and with two threads 0.41x and 0.62x. An exponential clamped to e^-708 instead of 0 had given the saturated
+GELU units of a trained network subnormal factors, whose arithmetic took the processor's slow path: fixed, a
+trained step's C calls 61 / 107 -> 38 / 80 us. This benchmark, ``--particles 100``, six runs over half an hour
+(batched / warm fwd): float64 10.8 / 9.6, 12.2 / 9.9, 11.7 / 9.8, 12.4 / 10.6, 12.0 / 9.9, 11.8 / 10.4 (fwd
+0.046-0.048 ms; batched 0.51-0.58 ms), fused/unfused 0.78-0.84; float32 12.0-13.3 / 10.3-11.2 (one run 16.3
+batched, right after the test suite). J = 1,000 float64 2.16-2.49 ms (fused/unfused 0.58-0.79), J = 10,000 23.5
+against 52.1 ms. The J = 100 float64 target of 13 fwd is met by the batched column, ~8 % under it at worst.
 Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda] [--threads N] (one thread by default)
 [--jax-python PATH]. The last line printed is one JSON object with every figure.
 """
@@ -250,7 +261,7 @@ def main(argv=None) -> None:
                 print(f"{num:6d} {'jax f64':>8} {'':7} {row['jax_f64_ms']:9.2f} {row['jax_f64_fwd_equiv']:7.1f}"
                       f"   ours/jax {row['over_jax']:.2f}")
     print(f"JAX f64 reference at J = 100: {JAX_REFERENCE_FWD[100]} fwd; target for ours (J = 100, float64): "
-          f"<= {TARGET_FWD:g} fwd. 'batched': each step timed once after the forwards and the autograd step; "
+          f"<= {TARGET_FWD:g} fwd. 'batched': each step timed once after the forwards (and the other paths' steps); "
           f"'warm': {WARM_BLOCK} steps in a row, then forwards, in turn (a loop of steps alone)")
     print(json.dumps({"benchmark": "ohsmc_step", "device": args.device, "threads": args.threads, "results": results}))
 

@@ -16,12 +16,12 @@ division, r = 1 / (1 + 2^t): sigma(g) with gamma = -log2 e, and tanh(g) = 1 - 2 
 come scaled by log2 e, and the softmax is in base 2.
 
 The C source is compiled once per network shape and machine (:func:`lit_bayes.native.compiled`: the system's C
-compiler, a cache folder keyed on the source, the flags and the processor; about a second). It runs in ``torch.get_num_threads()`` OpenMP threads:
-built with ``-fopenmp``, the library takes the OpenMP runtime torch has already loaded (the same ``libgomp.so.1``),
-whose threads are still awake from the first layer's product (threads of its own would wait for those to stop
-spinning: with two threads, no faster than one). Where there is no compiler or the build fails,
-:func:`fused_tile_kernel` returns None (logged once) and the predictive takes its eager path: the two agree to
-float32 rounding (tested).
+compiler, a cache folder keyed on the source, the flags and the processor; about a second). It runs in
+``torch.get_num_threads()`` OpenMP threads: built with ``-fopenmp``, the library takes the OpenMP runtime torch has
+already loaded (the same ``libgomp.so.1``), whose threads are still awake from the first layer's product (threads
+of its own would wait for those to stop spinning: with two threads, no faster than one). Where there is no
+compiler or the build fails, :func:`fused_tile_kernel` returns None (logged once) and the predictive takes its eager
+path: the two agree to float32 rounding (tested).
 
 It applies to float32 CPU inputs and samples of a linear stack with biases and one kind of activation (sigmoid,
 tanh or ReLU), every layer at most ``MAX_WIDTH`` wide, and a ``Categorical`` likelihood without parameters.

@@ -14,9 +14,9 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from lit_bayes.models.activations import TanhGELU
+from lit_bayes.models.particle_kernel import ParticleNetwork
 from lit_bayes.models.sequential_backprop import (Tape, psi_gradients, stochastic_linear, supports,
                                                   taped_particle_forward)
-from lit_bayes.models.particle_kernel import ParticleNetwork
 from lit_bayes.validation import check_widths
 
 __all__ = ["PartialBNN", "PartialMLP"]
@@ -125,7 +125,8 @@ class PartialBNN(nn.Module):
         top = above(out.flatten(0, 1))  # every row at once
         return top.reshape(num, out.shape[1], *top.shape[1:])
 
-    def taped_particle_forward(self, phi: Mapping[str, Tensor], x: Tensor, fused: bool = False) -> tuple[Tensor, Tape]:
+    def taped_particle_forward(self, phi: Mapping[str, Tensor], x: Tensor,
+                               fused: bool = False) -> tuple[Tensor, Tape]:
         """:meth:`particle_forward` without autograd and the tape of :meth:`psi_gradients`; needs :attr:`hand_backprop`
         and inputs ``(B, d)``. The same outputs to the bit, or with ``fused`` the network in the particle kernel
         (:attr:`particle_network`, :mod:`lit_bayes.models.particle_kernel`) where it applies: the same outputs to ~1e-15
