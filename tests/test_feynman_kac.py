@@ -175,22 +175,34 @@ def test_hand_written_backward_is_refused_for_unknown_layers():
         OHSMC(PartialMLP([2, 3, 1], 0), Bernoulli(), hand_backprop=1)
 
 
+def moons_batches(dtype: torch.dtype, count: int = 6) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The first ``count`` two-moons training batches of 20, inputs in ``dtype``."""
+    data = TwoMoons(batch_size=20, seed=0)
+    data.setup("fit")
+    return [(x.to(dtype), y) for x, y in itertools.islice(iter(data.train_dataloader()), count)]
+
+
+def ohsmc_after_steps(widths: list[int], num_particles: int, batches, dtype: torch.dtype, **options):
+    """An OHSMC sampler on a PartialMLP of ``widths`` (third layer stochastic) and its optimiser, after one step on
+    each of ``batches`` outside a Trainer."""
+    torch.manual_seed(0)
+    sampler = OHSMC(PartialMLP(widths, 2), Bernoulli(), num_particles=num_particles, num_data=100, seed=0,
+                    **options).to(dtype)
+    sampler.setup("fit")
+    optimizer = sampler.configure_optimizers()
+    for x, y in batches:
+        sampler.transition(x, y, optimizer)
+    return sampler, optimizer
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_ohsmc_steps_with_the_hand_written_gradient_equal_autograd_steps(dtype):
     """Outside a Trainer and inside one: the same particles, weights, evidence and psi after several steps."""
-    data = TwoMoons(batch_size=20, seed=0)
-    data.setup("fit")
-    batches = [(x.to(dtype), y) for x, y in itertools.islice(iter(data.train_dataloader()), 6)]
+    batches = moons_batches(dtype)
     runs = {}
     for hand in (True, False):
-        torch.manual_seed(0)
-        sampler = OHSMC(PartialMLP([2, 16, 8, 5, 1], 2), Bernoulli(), num_particles=32, num_data=100, seed=0,
-                        hand_backprop=hand).to(dtype)
-        sampler.setup("fit")
-        optimizer = sampler.configure_optimizers()
+        sampler, _ = ohsmc_after_steps([2, 16, 8, 5, 1], 32, batches, dtype, hand_backprop=hand)
         assert sampler.hand_backprop_applies(batches[0][0]) is hand
-        for x, y in batches:
-            sampler.transition(x, y, optimizer)
         runs[hand] = sampler.state_dict()
     tolerance = {"rtol": 1e-9, "atol": 1e-11} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
     for name, value in runs[False].items():

@@ -3,18 +3,17 @@ gradient in one C call each equal the torch path (the taped forward and the hand
 tested against autograd in test_feynman_kac.py), where it applies; elsewhere the torch path runs."""
 from __future__ import annotations
 
-import itertools
 
 import pytest
 import torch
 from torch import nn
 
 from lit_bayes import OHSMC, Bernoulli
-from lit_bayes.data import TwoMoons
 from lit_bayes.models import PartialBNN, PartialMLP
 from lit_bayes.models import particle_kernel
 from lit_bayes.models.activations import TanhGELU
 from lit_bayes.models.particle_kernel import MAX_WIDTH, ParticleNetwork, particle_network_kernel
+from tests.test_feynman_kac import moons_batches, ohsmc_after_steps
 from tests.test_predictive_kernel import processor_has_avx512
 
 RELATIVE = {torch.float64: 1e-12, torch.float32: 2e-5}
@@ -203,18 +202,10 @@ def test_the_avx2_build_equals_the_torch_path(monkeypatch, tmp_path, dtype):
 def test_ohsmc_steps_with_the_kernel_equal_the_torch_steps(dtype):
     """OHSMC on the moons network: the same particles, weights, evidence, psi and Adam state after several steps
     with ``fused`` and without, and the fused steps ran the kernel."""
-    data = TwoMoons(batch_size=20, seed=0)
-    data.setup("fit")
-    batches = [(x.to(dtype), y) for x, y in itertools.islice(iter(data.train_dataloader()), 6)]
+    batches = moons_batches(dtype)
     runs = {}
     for fused in (True, False):
-        torch.manual_seed(0)
-        sampler = OHSMC(PartialMLP([2, 100, 20, 5, 1], 2), Bernoulli(), num_particles=40, num_data=100, seed=0,
-                        fused=fused).to(dtype)
-        sampler.setup("fit")
-        optimizer = sampler.configure_optimizers()
-        for x, y in batches:
-            sampler.transition(x, y, optimizer)
+        sampler, optimizer = ohsmc_after_steps([2, 100, 20, 5, 1], 40, batches, dtype, fused=fused)
         runs[fused] = (sampler.state_dict(), optimizer.state_dict()["state"])
         sampler.taped_point_log_likelihoods(sampler.particles(), *batches[0])
         assert (sampler._taped["last"][0].fused is not None) is fused
