@@ -98,17 +98,19 @@ J = 100 float64 15.2 / 12.8, 13.8 / 12.9, 15.0 / 13.2 fwd (0.71 / 0.59, 0.64 / 0
 0.046-0.047 ms), float32 15.1 / 13.8, 15.0 / 14.0, 15.2 / 13.8: the 13 fwd target is not met in this unit on
 this machine, where the plain forward costs 0.046 ms against 0.107 ms on the Zen3 of issue 26's table, and the
 step, mostly per-operation cost, shrinks less than that from one machine to the other.
-2026-12-06, later, the same machine idle, one thread: the network's forward for the J particles and psi's gradient
-as one C call each (``fused``, :mod:`lit_bayes.models.particle_kernel`; ~55 torch operations fewer, 62 left),
-the values to ~1e-15 relative of the torch path's in float64. In one process, 100-step loops interleaved with
+2026-12-06, later, the same machine, one thread: the network's forward for the J particles and psi's gradient as
+one C call each (``fused``, :mod:`lit_bayes.models.particle_kernel`; 62 torch operations a step left of 104), the
+values within ~1e-15 relative of the torch path's in float64. In one process, 100-step loops interleaved with
 ``fused=False``: J = 100 float64 0.485 against 0.628 ms (0.77x), float32 0.79x; J = 1,000 float64 0.43x, J = 10,000
-0.61x, and with two threads 0.41x and 0.62x. An exponential clamped to e^-708 instead of 0 had given the saturated
-GELU units of a trained network subnormal factors, whose arithmetic took the processor's slow path: fixed, a
-trained step's C calls 61 / 107 -> 38 / 80 us. This benchmark, ``--particles 100``, six runs over half an hour
-(batched / warm fwd): float64 10.8 / 9.6, 12.2 / 9.9, 11.7 / 9.8, 12.4 / 10.6, 12.0 / 9.9, 11.8 / 10.4 (fwd
-0.046-0.048 ms; batched 0.51-0.58 ms), fused/unfused 0.78-0.84; float32 12.0-13.3 / 10.3-11.2 (one run 16.3
-batched, right after the test suite). J = 1,000 float64 2.16-2.49 ms (fused/unfused 0.58-0.79), J = 10,000 23.5
-against 52.1 ms. The J = 100 float64 target of 13 fwd is met by the batched column, ~8 % under it at worst.
+0.61x, with two threads 0.41x and 0.62x. The kernel's exponential had first been clamped to e^-708 instead of
+giving 0, so the saturated GELU units of a trained network took subnormal factors, whose arithmetic runs on the
+processor's slow path: fixed, a trained step's two C calls 61 / 107 -> 38 / 80 us. This benchmark,
+``--particles 100``, J = 100 float64 batched / warm fwd, on the final code (fwd 0.046-0.048 ms): 12.8 / 9.9,
+11.8 / 10.4, 12.2 / 10.1, 11.9 / 10.2 on the idle machine (0.54-0.59 ms), 15.5 and 16.4 in the two runs started
+right after the test suite and a package install; fused/unfused 0.81-0.85; float32 12.9-15.3 / 8.9-11.4. J = 1,000
+float64 2.49 ms (unfused 4.30, fused/unfused 0.58), J = 10,000 23.5 against 52.1 ms. With ``--jax-python`` (jax
+0.10.2): the whole-step jit 0.71-0.88 ms = 15.3-19.0 fwd in the same runs, ours/jax 0.80, 0.63 (idle) and 1.02 (the
+run after the install). The J = 100 float64 target of 13 fwd is met on the idle machine, by 2-9 %.
 Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda] [--threads N] (one thread by default)
 [--jax-python PATH]. The last line printed is one JSON object with every figure.
 """
