@@ -14,7 +14,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["c_compiler", "cache_folder", "compiled", "processor"]
+__all__ = ["FLAGS", "c_compiler", "cache_folder", "compiled", "processor"]
+
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")  # a shared library for this processor
 
 
 def c_compiler() -> str | None:

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from lit_bayes.native import c_compiler, compiled
+from lit_bayes.native import FLAGS, c_compiler, compiled
 from lit_bayes.posterior import Categorical
 
 __all__ = ["FusedPredictive", "folded_parameters", "fused_tile_kernel"]
@@ -46,7 +46,6 @@ __all__ = ["FusedPredictive", "folded_parameters", "fused_tile_kernel"]
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("predictive_kernel.c")
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
 MAX_WIDTH = 64  # widest layer compiled: the kernel keeps a (width, 2 vectors of 8 or 16 points) buffer on the stack
 LOG2E = 1.0 / math.log(2.0)
 LOGISTIC, RELU = 0, 1  # the C source's ACT_LOGISTIC, ACT_RELU

@@ -32,14 +32,13 @@ import torch
 from torch import Tensor, nn
 
 from lit_bayes.models.activations import TanhGELU
-from lit_bayes.native import c_compiler, compiled
+from lit_bayes.native import FLAGS, c_compiler, compiled
 
 __all__ = ["MAX_WIDTH", "ParticleNetwork", "particle_network_kernel"]
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("particle_kernel.c")
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
 MAX_WIDTH = 128  # widest layer compiled: the kernel keeps a few (layers, width) arrays of vectors on the stack
 IDENTITY, RELU, TANH, SIGMOID, GELU_TANH = range(5)  # the C source's ACT_*
 CODES = {nn.Identity: IDENTITY, nn.ReLU: RELU, nn.Tanh: TANH, nn.Sigmoid: SIGMOID}
