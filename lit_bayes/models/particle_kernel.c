@@ -237,8 +237,9 @@ int particle_network_forward(long points, long particles, const real *x, const r
 }
 
 /* The backward of particle_network_forward for grad_out (particles, points, K_{L-1}): grads[2l] = dL/dW_l and
- * grads[2l+1] = dL/db_l of every layer l but S (NULL where the bias is), written whole. Returns 0, or -1 where
- * memory ran out. */
+ * grads[2l+1] = dL/db_l of every layer l but S (NULL where the bias is), written whole. A particle's points whose
+ * gradients are all 0 add nothing (they are skipped), even where its parameters or outputs are NaN or infinite.
+ * Returns 0, or -1 where memory ran out. */
 int particle_network_backward(long points, long particles, const real *x, const real *weight, const real *bias,
                               const real *const *params, const real *grad_out, real *const *grads) {
     const long vectors = (points + LANES - 1) / LANES, top = widths[LAYERS - 1], sums = sums_offset(LAYERS);
@@ -258,10 +259,15 @@ int particle_network_backward(long points, long particles, const real *x, const 
         for (int i = 0; i < in; i++) gh[i] = splat(0);
         for (long j = 0; j < particles; j++) {
             const real *w = weight + j * k * in;
-            forward_layers(STOCHASTIC, LAYERS - 1, h, w, bias ? bias + j * k : NULL, params, a, z, saved);
             for (int o = 0; o < top; o++) g[o] = splat(0); /* the points past the last have no gradient */
+            int nonzero = 0;
             for (long lane = 0; lane < LANES && v * LANES + lane < points; lane++)
-                for (int o = 0; o < top; o++) g[o][lane] = grad_out[(j * points + v * LANES + lane) * top + o];
+                for (int o = 0; o < top; o++) {
+                    g[o][lane] = grad_out[(j * points + v * LANES + lane) * top + o];
+                    nonzero |= g[o][lane] != 0;
+                }
+            if (!nonzero) continue; /* a particle without weight (not resampled, or NaN): nothing, not 0 x NaN */
+            forward_layers(STOCHASTIC, LAYERS - 1, h, w, bias ? bias + j * k : NULL, params, a, z, saved);
             if (STOCHASTIC < LAYERS - 1)
                 backward_layers(STOCHASTIC + 1, LAYERS - 1, z[STOCHASTIC], params, a, z, saved, g, sum);
             if (STOCHASTIC > 0) /* g = dL/da_S: its part of dL/dz_{S-1} */

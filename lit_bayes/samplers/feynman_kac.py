@@ -231,11 +231,14 @@ class FeynmanKacSampler(PartialBNNSampler):
     def psi_step_by_hand(self, optimizer, loss: Tensor, weights: Tensor) -> None:
         """:meth:`psi_step` with the gradient of the loss (N/M)/T sum_j w_j [-log p(y | phi^j; psi)] from the
         last taped forward: d loss / d outputs = c w_j d log p / d outputs with c the energy per unit of
-        summed log-likelihood (-(N/M)/T), then :meth:`PartialBNN.psi_gradients`."""
+        summed log-likelihood (-(N/M)/T), then :meth:`PartialBNN.psi_gradients`. A particle without weight (not
+        resampled; its likelihood NaN or 0) has a zero output gradient, not 0 x NaN = NaN: with the particle kernel
+        it then adds nothing to psi's gradient."""
         tape, outputs, y = self._taped.pop("last")
         per_unit = self.posterior.likelihood_energy(1.0, y.shape[0])  # the energy is linear in the sum
         scale = weights.mul(per_unit).view(-1, *([1] * (outputs.dim() - 1)))
-        grads = self.model.psi_gradients(tape, self.likelihood.output_gradient(outputs, y).mul_(scale))
+        grad_output = self.likelihood.output_gradient(outputs, y).mul_(scale).nan_to_num_(0.0, math.inf, -math.inf)
+        grads = self.model.psi_gradients(tape, grad_output)
         optimizer.zero_grad()
         for p, grad in grads.items():  # every parameter of psi
             if p.requires_grad:

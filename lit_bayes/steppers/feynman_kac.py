@@ -135,8 +135,9 @@ class FeynmanKacStepper:
 
     def psi_loss(self, log_lik_sums: Tensor, batch_size: int, weights: Tensor) -> Tensor:
         """(N/M)/T sum_j w_j [-log p(y_S | phi^j; psi)] (Eqs. 5-6) from the particles' summed log-likelihoods
-        ``(J,)`` of the M = ``batch_size`` points, the weights held constant."""
-        energies = self.posterior.likelihood_energy(log_lik_sums, batch_size)
+        ``(J,)`` of the M = ``batch_size`` points, the weights held constant. A particle without weight adds 0, not
+        0 x inf or 0 x NaN (its likelihood 0 or NaN: the weights give it none)."""
+        energies = self.posterior.likelihood_energy(log_lik_sums, batch_size).nan_to_num(0.0, 0.0, 0.0)
         return torch.dot(energies, weights.detach().to(dtype=energies.dtype))
 
 
