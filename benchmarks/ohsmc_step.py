@@ -105,12 +105,15 @@ values within ~1e-15 relative of the torch path's in float64. In one process, 10
 0.61x, with two threads 0.41x and 0.62x. The kernel's exponential had first been clamped to e^-708 instead of
 giving 0, so the saturated GELU units of a trained network took subnormal factors, whose arithmetic runs on the
 processor's slow path: fixed, a trained step's two C calls 61 / 107 -> 38 / 80 us. This benchmark,
-``--particles 100``, J = 100 float64 batched / warm fwd, on the final code (fwd 0.046-0.048 ms): 12.8 / 9.9,
-11.8 / 10.4, 12.2 / 10.1, 11.9 / 10.2 on the idle machine (0.54-0.59 ms), 15.5 and 16.4 in the two runs started
-right after the test suite and a package install; fused/unfused 0.81-0.85; float32 12.9-15.3 / 8.9-11.4. J = 1,000
-float64 2.49 ms (unfused 4.30, fused/unfused 0.58), J = 10,000 23.5 against 52.1 ms. With ``--jax-python`` (jax
-0.10.2): the whole-step jit 0.71-0.88 ms = 15.3-19.0 fwd in the same runs, ours/jax 0.80, 0.63 (idle) and 1.02 (the
-run after the install). The J = 100 float64 target of 13 fwd is met on the idle machine, by 2-9 %.
+``--particles 100``, J = 100 float64 batched / warm fwd (fwd 0.046-0.048 ms): 12.8 / 9.9, 11.8 / 10.4, 12.2 / 10.1,
+11.9 / 10.2 on the idle machine (0.54-0.59 ms), 15.5 and 16.4 in the two runs started right after the test suite
+and a package install; fused/unfused 0.81-0.85; J = 1,000 float64 2.49 ms (unfused 4.30), J = 10,000 23.5 against
+52.1 ms. With ``--jax-python`` (jax 0.10.2): the whole-step jit 0.71-0.88 ms = 15.3-19.0 fwd in the same runs,
+ours/jax 0.80, 0.63 (idle) and 1.02 (the run after the install). Then the kernel's backward skipped the particles
+without weight (all output gradients 0: ~40 % of them after resampling), which also keeps a NaN particle out of
+psi's gradient; three runs on the idle machine: J = 100 float64 11.2 / 9.8, 11.2 / 10.2, 11.3 / 9.8 (0.52-0.53 ms),
+fused/unfused 0.76-0.80, float32 12.0-12.3 / 10.6-12.3; J = 1,000 float64 1.75 ms (unfused 2.24), float32 1.28.
+The J = 100 float64 target of 13 fwd is met on the idle machine, by ~13 %.
 Run from the repository root:  python benchmarks/ohsmc_step.py [--device cpu|cuda] [--threads N] (one thread by default)
 [--jax-python PATH]. The last line printed is one JSON object with every figure.
 """
