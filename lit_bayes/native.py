@@ -3,18 +3,24 @@
 A kernel's source is compiled with the system's C compiler (``CC``, else ``cc``, else ``gcc``) into a cache folder
 (``LIT_BAYES_CACHE``, else ``$XDG_CACHE_HOME/lit_bayes``, else ``~/.cache/lit_bayes``), once per source, compiler,
 flags and processor (the flags hold ``-march=native`` and the kernel's shape), in about a second.
+:func:`load_library` builds and loads one, or says (logged) what runs instead.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import logging
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["FLAGS", "c_compiler", "cache_folder", "compiled", "processor"]
+__all__ = ["FLAGS", "c_compiler", "cache_folder", "compiled", "load_library", "processor"]
+
+log = logging.getLogger(__name__)
 
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")  # a shared library for this processor
 
@@ -61,3 +67,25 @@ def compiled(source: Path, compiler: str, flags: list[str]) -> Path:
         if os.path.exists(partial):
             os.remove(partial)
     return target
+
+
+def load_library(source: Path, flag_sets: Sequence[Sequence[str]], fallback: str) -> ctypes.CDLL | None:
+    """``source`` compiled (:func:`compiled`) with the first of ``flag_sets`` the compiler takes, and loaded; None
+    where there is no C compiler, the compiler takes none of them (or times out) or the library does not load,
+    logged with ``fallback``, what runs instead."""
+    compiler = c_compiler()
+    if compiler is None:
+        log.info("no C compiler (CC, cc or gcc): %s", fallback)
+        return None
+    failure: Exception | None = None
+    for flags in flag_sets:
+        try:
+            return ctypes.CDLL(str(compiled(source, compiler, list(flags))))
+        except subprocess.CalledProcessError as error:  # the compiler refused these flags: the next ones
+            failure = error
+        except (OSError, subprocess.SubprocessError) as error:  # a timeout, or a library that does not load
+            failure = error
+            break
+    log.info("%s could not be built with %s (%s): %s", source.name, compiler,
+             getattr(failure, "stderr", None) or failure, fallback)
+    return None

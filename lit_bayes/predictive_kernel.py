@@ -30,20 +30,16 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import logging
 import math
-import subprocess
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from lit_bayes.native import FLAGS, c_compiler, compiled
+from lit_bayes.native import FLAGS, load_library
 from lit_bayes.posterior import Categorical
 
 __all__ = ["FusedPredictive", "folded_parameters", "fused_tile_kernel"]
-
-log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("predictive_kernel.c")
 MAX_WIDTH = 64  # widest layer compiled: the kernel keeps a (width, 2 vectors of 8 or 16 points) buffer on the stack
@@ -55,14 +51,6 @@ FOLDINGS = {nn.Sigmoid: (LOGISTIC, -LOG2E, 0.0, 1.0), nn.Tanh: (LOGISTIC, 2.0 * 
 # the kernel sums probabilities in float32, class probabilities below 2^-126 flushed to 0: sum_s w_s p_s(c) is off
 # by at most ~2^-126 absolute, so a point with a class below 2^-100 (relative error up to 1.5e-8) is recomputed
 UNDERFLOW = 2.0**-100
-
-
-def _build(compiler: str, defines: list[str]) -> Path:
-    """The kernel compiled with OpenMP (``-fopenmp``), else without (one thread) where the compiler has none."""
-    try:
-        return compiled(SOURCE, compiler, [*FLAGS, "-fopenmp", *defines])
-    except subprocess.CalledProcessError:
-        return compiled(SOURCE, compiler, [*FLAGS, *defines])
 
 
 def folded_parameters(weights: list[Tensor], biases: list[Tensor], activation: type[nn.Module]) -> tuple[float, Tensor]:
@@ -83,19 +71,13 @@ def folded_parameters(weights: list[Tensor], biases: list[Tensor], activation: t
 @functools.cache
 def fused_tile_kernel(widths: tuple[int, ...], activation: int):
     """The C function ``predictive_chunk`` for layers of ``widths`` (K_1..K_L) with ``activation`` (``LOGISTIC``
-    or ``RELU``) between them, or None where it cannot be built or loaded (logged once)."""
-    compiler = c_compiler()
-    if compiler is None:
-        log.info("no C compiler (CC, cc or gcc): the posterior predictive runs in eager torch")
-        return None
+    or ``RELU``) between them, or None where it cannot be built or loaded (logged once). Built with OpenMP
+    (``-fopenmp``), else without (one thread) where the compiler has none."""
     defines = [f"-DLAYERS={len(widths)}", f"-DWIDTHS={','.join(map(str, widths))}", f"-DMAX_WIDTH={max(widths)}",
                f"-DACTIVATION={activation}"]
-    try:
-        library = ctypes.CDLL(str(_build(compiler, defines)))
-    except (OSError, subprocess.SubprocessError) as error:
-        detail = getattr(error, "stderr", None) or error
-        log.info("the fused predictive kernel could not be built with %s (%s): the posterior predictive runs in "
-                 "eager torch", compiler, detail)
+    library = load_library(SOURCE, [[*FLAGS, "-fopenmp", *defines], [*FLAGS, *defines]],
+                           "the posterior predictive runs in eager torch")
+    if library is None:
         return None
     function = library.predictive_chunk
     pointer, size = ctypes.c_void_p, ctypes.c_long

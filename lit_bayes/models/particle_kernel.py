@@ -24,19 +24,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import logging
-import subprocess
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from lit_bayes.models.activations import TanhGELU
-from lit_bayes.native import FLAGS, c_compiler, compiled
+from lit_bayes.native import FLAGS, load_library
 
 __all__ = ["MAX_WIDTH", "ParticleNetwork", "particle_network_kernel"]
-
-log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("particle_kernel.c")
 MAX_WIDTH = 128  # widest layer compiled: the kernel keeps a few (layers, width) arrays of vectors on the stack
@@ -57,19 +53,11 @@ def particle_network_kernel(double: bool, width_in: int, widths: tuple[int, ...]
     """The C functions ``(particle_network_forward, particle_network_backward)`` for float64 (``double``) or
     float32, inputs of ``width_in``, linear layers of ``widths``, ``activations`` (the code after each but the last)
     and the layer ``stochastic`` the particles', or None where they cannot be built or loaded (logged once)."""
-    compiler = c_compiler()
-    if compiler is None:
-        log.info("no C compiler (CC, cc or gcc): the OHSMC step's network runs in torch")
-        return None
     defines = [f"-DDOUBLE={int(double)}", f"-DINPUT={width_in}", f"-DLAYERS={len(widths)}",
                f"-DWIDTHS={','.join(map(str, widths))}", f"-DACTS={','.join(map(str, (*activations, IDENTITY)))}",
                f"-DSTOCHASTIC={stochastic}", f"-DMAX_WIDTH={max(width_in, *widths)}"]
-    try:
-        library = ctypes.CDLL(str(compiled(SOURCE, compiler, [*FLAGS, *defines])))
-    except (OSError, subprocess.SubprocessError) as error:
-        detail = getattr(error, "stderr", None) or error
-        log.info("the particle kernel could not be built with %s (%s): the OHSMC step's network runs in torch",
-                 compiler, detail)
+    library = load_library(SOURCE, [[*FLAGS, *defines]], "the OHSMC step's network runs in torch")
+    if library is None:
         return None
     pointer, size = ctypes.c_void_p, ctypes.c_long
     forward, backward = library.particle_network_forward, library.particle_network_backward
