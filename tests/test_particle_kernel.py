@@ -176,18 +176,24 @@ def test_ohsmc_step_with_a_nan_particle_keeps_psi_and_its_loss_finite():
 def test_kernel_is_refused_for_other_dtypes_devices_and_layouts():
     model = PartialMLP([2, 4, 3, 1], 1)
     network, weight = model.particle_network, torch.zeros(5, 3, 4)
-    assert network.kernel(torch.zeros(6, 2), weight) is not None
-    assert network.kernel(torch.zeros(6, 2, dtype=torch.float16), weight.half()) is None
-    assert network.kernel(torch.zeros(6, 2, dtype=torch.float64), weight) is None  # the particles in float32
-    assert network.kernel(torch.zeros(6, 2, device="meta"), weight.to("meta")) is None
-    assert network.kernel(torch.zeros(3, 6, 2), weight) is None  # inputs of more than two dimensions
-    assert network.kernel(torch.zeros(0, 2), weight) is None  # no points
-    assert network.kernel(torch.zeros(6, 3), weight) is None  # inputs wider than the first layer takes
-    assert network.kernel(torch.zeros(6, 2), torch.zeros(5, 4, 4)) is None  # particles of another shape
+    assert network.kernel(torch.zeros(6, 2), weight, None) is not None
+    assert network.kernel(torch.zeros(6, 2, dtype=torch.float16), weight.half(), None) is None
+    assert network.kernel(torch.zeros(6, 2, dtype=torch.float64), weight, None) is None  # the particles in float32
+    assert network.kernel(torch.zeros(6, 2, device="meta"), weight.to("meta"), None) is None
+    assert network.kernel(torch.zeros(3, 6, 2), weight, None) is None  # inputs of more than two dimensions
+    assert network.kernel(torch.zeros(0, 2), weight, None) is None  # no points
+    assert network.kernel(torch.zeros(6, 3), weight, None) is None  # inputs wider than the first layer takes
+    assert network.kernel(torch.zeros(6, 2), torch.zeros(5, 4, 4), None) is None  # particles of another shape
+    assert network.kernel(torch.zeros(6, 2), weight, torch.zeros(5, 3)) is not None
+    assert network.kernel(torch.zeros(6, 2), weight, torch.zeros(4, 3)) is None  # a bias for 4 particles
+    assert network.kernel(torch.zeros(6, 2), weight, torch.zeros(5, 3, dtype=torch.float64)) is None
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):  # the torch path's error
         model.taped_particle_forward({"2.weight": weight, "2.bias": torch.zeros(5, 3)}, torch.zeros(6, 3), fused=True)
+    kernel, x = network.kernel(torch.zeros(6, 2), weight, None), torch.zeros(6, 2)
+    with pytest.raises(ValueError, match="grad_output must be of the outputs' shape"):
+        network.backward(kernel, x, weight, None, torch.zeros(5, 7, 1))
     model.net[0].weight = nn.Parameter(torch.zeros(2, 4).T)  # a transposed (non-contiguous) parameter
-    assert network.kernel(torch.zeros(6, 2), weight) is None
+    assert network.kernel(x, weight, None) is None
 
 
 def test_without_a_compiler_the_torch_path_runs(monkeypatch, tmp_path):
@@ -199,7 +205,7 @@ def test_without_a_compiler_the_torch_path_runs(monkeypatch, tmp_path):
         model = PartialMLP([2, 7, 3, 1], 1)
         phi = _phi(model, 4, torch.Generator().manual_seed(0), torch.float32)
         x = torch.randn(5, 2)
-        assert model.particle_network.kernel(x, phi["2.weight"]) is None
+        assert model.particle_network.kernel(x, phi["2.weight"], phi["2.bias"]) is None
         fused, tape = model.taped_particle_forward(phi, x, fused=True)
         assert tape.fused is None and torch.equal(fused, model.taped_particle_forward(phi, x)[0])
     finally:

@@ -109,16 +109,18 @@ class ParticleNetwork:
         return [None if i == self.stochastic else p for i, m in enumerate(self.linears)
                 for p in (m._parameters["weight"], m._parameters["bias"])]
 
-    def kernel(self, x: Tensor, weight: Tensor):
-        """The kernel's functions for the inputs ``x`` ``(B, d)`` and the particles' ``weight``, or None where it
-        does not apply to them (not float32 or float64 on the CPU, dtypes that differ, shapes the layers do not
-        take, no points: the torch path then runs, and raises where the shapes are wrong) or is not built."""
+    def kernel(self, x: Tensor, weight: Tensor, bias: Tensor | None):
+        """The kernel's functions for the inputs ``x`` ``(B, d)`` and the particles' ``weight`` and ``bias``, or None
+        where it does not apply to them (not float32 or float64 on the CPU, dtypes that differ, shapes the layers do
+        not take, no points: the torch path then runs, and raises where the shapes are wrong) or is not built."""
         dtype, layer = x.dtype, self.linears[self.stochastic]
         if dtype not in (torch.float32, torch.float64) or not x.is_cpu or weight.dtype != dtype:
             return None
         if x.dim() != 2 or x.shape[0] == 0 or x.shape[1] != self.linears[0].in_features:
             return None
         if weight.dim() != 3 or weight.shape[1:] != (layer.out_features, layer.in_features):
+            return None
+        if bias is not None and (bias.dtype != dtype or bias.shape != (weight.shape[0], layer.out_features)):
             return None
         if any(p is not None and (p.dtype != dtype or not p.is_cpu or not p.is_contiguous())
                for p in self.parameters()):
@@ -142,6 +144,10 @@ class ParticleNetwork:
                  grad_output: Tensor) -> dict[Tensor, Tensor]:
         """The gradients of psi's parameters (by parameter) for the gradient ``grad_output`` ``(J, B, K_L)`` of a
         loss with respect to :meth:`forward`'s outputs."""
+        shape = (weight.shape[0], x.shape[0], self.widths[-1])
+        if grad_output.shape != shape or grad_output.dtype != x.dtype:
+            raise ValueError(f"grad_output must be of the outputs' shape {shape} and dtype {x.dtype}, got "
+                             f"{tuple(grad_output.shape)} and {grad_output.dtype}")
         x, weight, grad_output = x.contiguous(), weight.contiguous(), grad_output.contiguous()
         bias = None if bias is None else bias.contiguous()
         params = self.parameters()

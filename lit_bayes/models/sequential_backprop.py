@@ -125,7 +125,7 @@ def taped_particle_forward(parts: tuple[nn.Sequential, nn.Linear, nn.Sequential]
     whole network as the particle kernel runs it (:class:`~lit_bayes.models.particle_kernel.ParticleNetwork`), in its
     kernel where that applies to ``x``; else as torch operations (the same values to the bit as
     :meth:`PartialBNN.particle_forward`)."""
-    kernel = None if network is None else network.kernel(x, weight)
+    kernel = None if network is None else network.kernel(x, weight, bias)
     if kernel is not None:
         return network.forward(kernel, x, weight, bias), Tape([], [], weight, (network, kernel, x, bias))
     trunk, _, above = parts
