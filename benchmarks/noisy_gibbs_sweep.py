@@ -9,8 +9,9 @@ exact Gibbs sweep of every variable (Algorithm 1 with biases, noisy-gibbs spec ย
 timed two ways: ``sweep`` (the stepper alone, :meth:`NoisyGibbsStepper.sweep`) and ``step`` (what a
 training step does: :meth:`NoisyGibbs.sweep_inputs`, which returns the batch in the latents'
 canonical order, cached while the same tensors come back, then the sweep), each timed once after a block of
-forwards and the other call, and ``warm``: the sweep again in blocks of ``WARM_BLOCK`` in a row beside their own
-forwards (a loop of sweeps alone, as in ``ohsmc_step.py``).
+forwards and the other calls, and ``warm``: the sweep again in blocks of ``WARM_BLOCK`` in a row beside their own
+forwards (a loop of sweeps alone, as in ``ohsmc_step.py``). ``torch``: the sweep of the same chain without the C
+proposal rounds of the relu pre-activations (``NoisyGibbs(fused=False)``), timed in turn with the other two.
 
 Sizes:
 - Exp. A (spec ยง6.1): d = 50, K = 10 ReLU units, scalar regression output, Delta = 1e-4, n = 2084, timed from the
@@ -59,6 +60,16 @@ within the noise). In this benchmark, runs alternating with the code before: Exp
 fwd (``exp_a_burnt`` 11.6 / 10.4 / 10.6; warm 11.2 / 9.3 / 10.7 / 12.9 / 13.2) against 13.5 / 12.2 / 12.9 / 12.8
 before; MNIST MLP 3.0 / 2.9 / 3.0 against 3.1 / 2.9. The unit moves most: 0.21-0.40 ms for Exp. A within the hour,
 and a small unit reads a large ratio (13.2 at 0.212 ms), so the 12 fwd line holds in most runs, not all.
+
+2026-12-06 (2-core AMD EPYC listing AVX-512, idle, one thread): the relu pre-activation draw in C
+(:mod:`lit_bayes.steppers.relu_draw`, ``NoisyGibbs(fused=True)``, the default): a vectorised round of proposals on
+every element, further rounds on the rejected ones, and the exact draw of the few left (log-space piece masses,
+Robert's exponential proposal in the tail). Before it, in the plain fwd unit, Exp. A read 10.9 / 11.4 / 12.0 / 10.9
+in four runs that morning; the profile gave the relu draw ~55 % of the sweep (the proposal round's ~15 passes and
+~40 more for the exact draw of what it rejected), torch's generator ~20 % (a float64 uniform ~4 ns, a float32
+normal ~3.5 ns an element). With it, two runs of this benchmark: Exp. A 7.5 / 8.0 fwd (the ``torch`` column, the
+same sweep without the kernel in the same runs, 10.9 / 11.7: sweep/torch 0.69 / 0.68), ``exp_a_burnt`` 7.1 / 7.1
+(0.68 / 0.65), the MNIST MLP 1.5 / 1.5 (0.83 / 0.84).
 
 float32 by default (the authors' default). Timings depend on the machine and its load: nothing
 here asserts on time. Run: ``python benchmarks/noisy_gibbs_sweep.py`` (``--sweeps`` timed repeats
@@ -114,14 +125,23 @@ def measure(widths: list[int], delta: float, output: str, n: int, sweeps: int, d
     for _ in range(burn_in):
         stepper.sweep(inputs, targets, latents)
     sweep_call = lambda: stepper.sweep(inputs, targets, latents)  # noqa: E731
+
+    def torch_sweep() -> None:  # the same chain's sweep without the C proposal rounds
+        stepper.fused = False
+        try:
+            stepper.sweep(inputs, targets, latents)
+        finally:
+            stepper.fused = True
+
     forward, times = unit_and_call_seconds(
-        forward_and_loss, {"sweep": sweep_call, "step": lambda: stepper.sweep(*sampler.sweep_inputs(batch))}, sweeps,
-        block=block)
+        forward_and_loss, {"sweep": sweep_call, "step": lambda: stepper.sweep(*sampler.sweep_inputs(batch)),
+                           "torch": torch_sweep}, sweeps, block=block)
     warm_forward, warm = unit_and_call_seconds(forward_and_loss, {"sweep": sweep_call}, max(3, sweeps // WARM_BLOCK),
                                                block=block, call_block=WARM_BLOCK)
     sweep, step = times["sweep"], times["step"]
     return {"widths": widths, "n": n, "output": output, "forward_s": forward, "sweep_s": sweep, "step_s": step,
-            "sweep_fwd_equiv": sweep / forward, "step_fwd_equiv": step / forward, "warm_forward_s": warm_forward,
+            "sweep_fwd_equiv": sweep / forward, "step_fwd_equiv": step / forward, "torch_sweep_s": times["torch"],
+            "torch_fwd_equiv": times["torch"] / forward, "warm_forward_s": warm_forward,
             "warm_sweep_s": warm["sweep"], "warm_fwd_equiv": warm["sweep"] / warm_forward}
 
 
@@ -146,7 +166,7 @@ def main() -> None:
           f"the fixed inputs and first-layer projector multiplied through "
           f"{'oneDNN' if onednn_is_faster(at_threshold) else 'the dense products'} from {ONEDNN_MIN_ELEMENTS:,} elements on")
     header = (f"{'case':>11} {'n':>6} {'fwd ms':>8} {'sweep ms':>9} {'step ms':>8} {'sweep/fwd':>10} {'step/fwd':>9} "
-              f"{'warm/fwd':>9}")
+              f"{'warm/fwd':>9} {'torch/fwd':>10} {'sweep/torch':>12}")
     print(header)
     rows = []
     cases = [("exp_a", EXP_A["n"], EXP_A)] + [("scaling", n, EXP_A) for n in args.sizes if n != EXP_A["n"]]
@@ -162,7 +182,8 @@ def main() -> None:
                **measure(spec["widths"], spec["delta"], spec["output"], n, sweeps, args.dtype, block, burn_in)}
         rows.append(row)
         print(f"{case:>11} {n:>6} {row['forward_s'] * 1e3:>8.3f} {row['sweep_s'] * 1e3:>9.3f} {row['step_s'] * 1e3:>8.3f} "
-              f"{row['sweep_fwd_equiv']:>10.1f} {row['step_fwd_equiv']:>9.1f} {row['warm_fwd_equiv']:>9.1f}")
+              f"{row['sweep_fwd_equiv']:>10.1f} {row['step_fwd_equiv']:>9.1f} {row['warm_fwd_equiv']:>9.1f} "
+              f"{row['torch_fwd_equiv']:>10.1f} {row['sweep_s'] / row['torch_sweep_s']:>12.2f}")
     scaling = sorted((r for r in rows if r["case"] in ("exp_a", "scaling")), key=lambda r: r["n"])
     ns = np.array([r["n"] for r in scaling], dtype=float)
     sweeps_s = np.array([r["sweep_s"] for r in scaling])

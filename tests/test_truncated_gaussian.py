@@ -145,13 +145,15 @@ def test_pre_activation_conditional_matches_exact_density(activation, omega, pos
     assert stats.kstest(draws, exact_cdf(activation, omega, post, delta_z, delta_x)).pvalue > KS_P_MIN
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("activation, omega, post, delta_z, delta_x", CASES)
-def test_layer_draw_with_proposals_matches_exact_density(activation, omega, post, delta_z, delta_x):
+def test_layer_draw_with_proposals_matches_exact_density(activation, omega, post, delta_z, delta_x, fused):
     """sample_pre_activations on one chunk: a proposal round, then the exact draw for what it rejects (with the
-    bracket where 4,096 or more are rejected, without it below), together exact."""
+    bracket where 4,096 or more are rejected, without it below), together exact; ``fused`` (relu): the C proposal
+    rounds, then the exact draw for what they leave."""
     full = lambda v: torch.full((DRAWS,), v, dtype=torch.float64)  # noqa: E731
     out = sample_pre_activations(activation, full(omega), full(post), delta_z, delta_x, generator(6),
-                                 torch.empty(DRAWS, dtype=torch.float64))
+                                 torch.empty(DRAWS, dtype=torch.float64), fused)
     assert np.isfinite(out.numpy()).all()
     assert stats.kstest(out.numpy(), exact_cdf(activation, omega, post, delta_z, delta_x)).pvalue > KS_P_MIN
 
@@ -309,9 +311,11 @@ def test_log_normal_cdf_equals_scipy_from_deep_tail_to_one():
     assert log_normal_cdf(torch.tensor([-1e3], dtype=torch.float64)).isfinite().all()
 
 
-def test_chunked_layer_draw_keeps_each_element_law(monkeypatch):
+@pytest.mark.parametrize("fused", [True, False])
+def test_chunked_layer_draw_keeps_each_element_law(monkeypatch, fused):
     """sample_pre_activations over (C, n, K) in chunks that cut rows apart (CHUNK = 777): every element keeps
-    the law of its own (omega, x), so no chunk reads or writes another's elements."""
+    the law of its own (omega, x), so no chunk reads or writes another's elements; ``fused``: the C rounds on the
+    whole layer, then the exact draw in chunks of what they leave."""
     import lit_bayes.steppers.truncated_gaussian as module
 
     monkeypatch.setattr(module, "CHUNK", 777)
@@ -320,7 +324,7 @@ def test_chunked_layer_draw_keeps_each_element_law(monkeypatch):
     post = torch.tensor([s[1] for s in settings], dtype=torch.float32).repeat(2, DRAWS // 2, 1)
     for column, (w, x, delta_z, delta_x) in enumerate(settings):
         out = torch.empty_like(omega)
-        sample_pre_activations("relu", omega, post, delta_z, delta_x, generator(9 + column), out)
+        sample_pre_activations("relu", omega, post, delta_z, delta_x, generator(9 + column), out, fused)
         draws = out[..., column].flatten().double().numpy()
         assert stats.kstest(draws, exact_cdf("relu", float(np.float32(w)), float(np.float32(x)), delta_z,
                                              delta_x)).pvalue > KS_P_MIN, column
@@ -333,14 +337,15 @@ def test_later_chunks_take_proposals_while_they_pay_and_keep_the_law(monkeypatch
     """A ReLU layer in 10 chunks (Delta_Z = 1e-4): an "on" unit (omega, x ~ 0.3) or an "off" one (omega = -0.5,
     x ~ 0) accepts nearly every proposal, and every chunk takes a round; at omega = 10 sigma above 0 with x = 0
     measured sharply nearly every proposal is rejected, and only the first chunk proposes (calls counted here).
-    The law holds either way."""
+    The law holds either way. (The torch path's policy: ``fused=False``.)"""
     import lit_bayes.steppers.truncated_gaussian as module
 
     calls = []
     monkeypatch.setattr(module, "CHUNK", DRAWS // 10)
     monkeypatch.setattr(module, "propose_relu", lambda *a, propose=module.propose_relu: calls.append(1) or propose(*a))
     full = lambda v: torch.full((DRAWS,), v)  # noqa: E731
-    out = sample_pre_activations("relu", full(omega), full(post), 1e-4, delta_x, generator(11), torch.empty(DRAWS))
+    out = sample_pre_activations("relu", full(omega), full(post), 1e-4, delta_x, generator(11), torch.empty(DRAWS),
+                                 fused=False)
     assert len(calls) == proposing_chunks
     cdf = exact_cdf("relu", float(np.float32(omega)), float(np.float32(post)), 1e-4, delta_x)
     assert stats.kstest(out.double().numpy(), cdf).pvalue > KS_P_MIN

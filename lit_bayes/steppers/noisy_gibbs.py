@@ -138,10 +138,11 @@ class NoisyGibbsStepper(Optimizer):
         weights, biases: per layer, the chains' tensors ``(C, d_{l+1}, d_l)`` and ``(C, d_{l+1})``
             (``None`` without biases), updated in place.
         generator: the only source of randomness.
+        fused: the relu pre-activations' proposal rounds in C (:func:`sample_pre_activations`).
     """
 
     def __init__(self, model: NoisyMLP, weights: list[Tensor], biases: list[Tensor | None],
-                 generator: torch.Generator) -> None:
+                 generator: torch.Generator, fused: bool = True) -> None:
         if len(weights) != model.depth or len(biases) != model.depth:
             raise ValueError(f"weights and biases must hold one tensor per layer ({model.depth}), "
                              f"got {len(weights)} and {len(biases)}")
@@ -150,6 +151,7 @@ class NoisyGibbsStepper(Optimizer):
         self.weights = weights
         self.biases = biases
         self.generator = generator
+        self.fused = fused
         self._first: DerivedFrom[LinearGaussianConditional] = DerivedFrom(compare_values=True)
         self._inputs: DerivedFrom[FixedOperand] = DerivedFrom(compare_values=True)
 
@@ -215,7 +217,7 @@ class NoisyGibbsStepper(Optimizer):
             post = LinearGaussianConditional(weight, post_precision, delta_z)
             x.copy_(post.sample(shifted.mT, gen, prior_mean=model.sigma(z)))
             sample_pre_activations(model.activation, self.pre_activation(layer - 1, xs[layer - 1]), x,
-                                   model.delta_z[layer - 1], model.delta_x[layer - 1], gen, z)
+                                   model.delta_z[layer - 1], model.delta_x[layer - 1], gen, z, self.fused)
         first = self.first_layer(inputs).sample(latents["z2"] if depth > 1 else top, gen)
         self.weights[0].copy_(first[..., : inputs.shape[1]])
         if self.biases[0] is not None:

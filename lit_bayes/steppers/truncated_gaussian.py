@@ -23,6 +23,8 @@ import torch
 from torch import Tensor
 from torch.special import log_ndtr, ndtri
 
+from lit_bayes.steppers.relu_draw import REALS, draw_relu_layer, relu_draw_kernel
+
 __all__ = ["BRACKET_MIN", "CHUNK", "DEEP", "PLAIN", "PLAIN_MIN", "PROPOSALS_REJECT", "SAFE_A", "SAFE_SHARED", "TAIL",
            "exact_negative_choice", "log_ndtr_bounds", "log_normal_cdf", "negative_piece_chosen",
            "pre_activation_pieces", "probit_scores", "propose_relu", "propose_two_pieces", "row_chunks",
@@ -340,26 +342,50 @@ def _select(on_first: Tensor, on_second: Tensor, first: Tensor, second: Tensor) 
 
 
 def sample_pre_activations(activation: str, omega: Tensor, post: Tensor, delta_z: float, delta_x: float,
-                           generator: torch.Generator, out: Tensor) -> Tensor:
+                           generator: torch.Generator, out: Tensor, fused: bool = True) -> Tensor:
     """Draw every pre-activation z ~ P(z | omega, x) (eq. 10) into ``out`` (contiguous, the shape of ``omega``),
     ``CHUNK`` elements at a time so that the float64 temporaries stay in cache; the untruncated candidates are drawn
     in ``out``'s dtype (:func:`standard_normal_above`). The first chunk takes a round of :func:`propose_two_pieces`
     (:func:`propose_relu` for relu) and the piece-choice bracket for the exact draws of what it rejects. The chunks
     of a layer are alike, so later chunks keep each shortcut while it pays: the proposals while they reject at most
     ``PROPOSALS_REJECT`` (not at large noise or for the linear activation, whose pieces are one Gaussian), the
-    bracket while it leaves at most a quarter of the exact draws open."""
-    omega, post = (t.expand_as(omega).to(torch.float64, memory_format=torch.contiguous_format).reshape(-1)
-                   for t in (omega, post))  # one pass each: in float64 and in row order (omega may be transposed)
+    bracket while it leaves at most a quarter of the exact draws open.
+
+    With ``fused`` (the default), a relu layer whose ``omega``, ``post`` and ``out`` share one CPU dtype is drawn in C
+    instead (:func:`lit_bayes.steppers.relu_draw.draw_relu_layer`: proposal rounds on every element and again on the
+    rejected ones, then the exact draw of what they leave); the same law, other random numbers."""
+    kernel = relu_draw_kernel(out.dtype) if fused and _fused_applies(activation, omega, post, out) else None
+    if kernel is not None:
+        omega, post = omega.contiguous().view(-1), post.expand_as(omega).contiguous().view(-1)
+        pending = draw_relu_layer(kernel, omega, post, delta_z, delta_x, generator, out.view(-1))
+        if not pending.numel():
+            return out
+        omega, post = omega[pending], post[pending]  # what the kernel could not draw (NaN inputs): the torch path
+        bracket, propose = pending.numel() >= BRACKET_MIN, False
+    else:
+        omega, post = (t.expand_as(omega).to(torch.float64, memory_format=torch.contiguous_format).reshape(-1)
+                       for t in (omega, post))  # one pass each: in float64 and in row order (omega may be transposed)
+        pending, bracket, propose = None, True, True
     flat = out.view(-1)
-    bracket = propose = True
-    for start in range(0, flat.numel(), CHUNK):
+    for start in range(0, omega.numel(), CHUNK):
         part = slice(start, start + CHUNK)
-        flat[part], left, open_fraction = _draw_chunk(activation, omega[part], post[part], delta_z, delta_x,
-                                                      generator, out.dtype, bracket, propose)
+        draws, left, open_fraction = _draw_chunk(activation, omega[part], post[part], delta_z, delta_x, generator,
+                                                 out.dtype, bracket, propose)
+        if pending is None:
+            flat[part] = draws
+        else:
+            flat[pending[part]] = draws.to(out.dtype)
         propose = left <= PROPOSALS_REJECT
         if open_fraction is not None:
             bracket = open_fraction <= 0.25
     return out
+
+
+def _fused_applies(activation: str, omega: Tensor, post: Tensor, out: Tensor) -> bool:
+    """Whether :func:`sample_pre_activations` takes the C proposal rounds: relu, and ``omega``, ``post`` and ``out``
+    (contiguous) of one CPU dtype, float32 or float64."""
+    return (activation == "relu" and out.dtype in REALS and omega.dtype == post.dtype == out.dtype
+            and out.is_contiguous() and all(t.device.type == "cpu" for t in (omega, post, out)))
 
 
 def pre_activation_pieces(activation: str, omega: Tensor, post: Tensor, delta_z: float, delta_x: float):
