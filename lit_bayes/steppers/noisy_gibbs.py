@@ -138,7 +138,7 @@ class NoisyGibbsStepper(Optimizer):
         weights, biases: per layer, the chains' tensors ``(C, d_{l+1}, d_l)`` and ``(C, d_{l+1})``
             (``None`` without biases), updated in place.
         generator: the only source of randomness.
-        fused: the relu pre-activations' proposal rounds in C (:func:`sample_pre_activations`).
+        fused: relu pre-activations drawn in C (:func:`sample_pre_activations`).
     """
 
     def __init__(self, model: NoisyMLP, weights: list[Tensor], biases: list[Tensor | None],

@@ -54,7 +54,7 @@ def relu_draw_kernel(dtype: torch.dtype):
 
 
 def draw_relu_layer(kernel, omega: Tensor, post: Tensor, delta_z: float, delta_x: float, generator: torch.Generator,
-              out: Tensor) -> Tensor:
+                    out: Tensor) -> Tensor:
     """The relu pre-activations with pre-activation means ``omega`` and post-activations ``post`` (contiguous, one
     dimension, ``out``'s dtype) into ``out``: a round of proposals on every element, up to ``RETRIES`` calls of
     further rounds on the rejected ones (stopping early where a call leaves over half of its elements pending), then

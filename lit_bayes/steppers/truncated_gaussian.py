@@ -382,8 +382,8 @@ def sample_pre_activations(activation: str, omega: Tensor, post: Tensor, delta_z
 
 
 def _fused_applies(activation: str, omega: Tensor, post: Tensor, out: Tensor) -> bool:
-    """Whether :func:`sample_pre_activations` takes the C proposal rounds: relu, and ``omega``, ``post`` and ``out``
-    (contiguous) of one CPU dtype, float32 or float64."""
+    """Whether :func:`sample_pre_activations` draws in C: relu, and ``omega``, ``post`` and ``out`` (contiguous) of
+    one CPU dtype, float32 or float64."""
     return (activation == "relu" and out.dtype in REALS and omega.dtype == post.dtype == out.dtype
             and out.is_contiguous() and all(t.device.type == "cpu" for t in (omega, post, out)))
 
