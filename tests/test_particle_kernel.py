@@ -120,16 +120,18 @@ def test_units_saturated_past_the_exponentials_range_give_torchs_values_exactly(
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_particles_with_zero_output_gradients_add_nothing_even_when_nan(dtype):
+@pytest.mark.parametrize("fused", [True, False])
+def test_particles_with_zero_output_gradients_add_nothing_even_when_nan(dtype, fused):
     """A particle whose output gradients are all 0 (no weight) adds nothing to psi's gradient, even with NaN or
-    infinite parameters (not 0 x NaN): the gradient equals that of the other particles alone."""
+    infinite parameters (not 0 x NaN): the gradient equals that of the other particles alone, in the kernel and on
+    the torch path."""
     gen = torch.Generator().manual_seed(0)
     model = PartialMLP([3, 9, 6, 5, 2], 2).to(dtype)
     phi, x = _phi(model, 7, gen, dtype), torch.randn(11, 3, generator=gen, dtype=dtype)
     grad = torch.randn(7, 11, 2, generator=gen, dtype=dtype)
     grad[[1, 4]] = 0.0
     phi["4.weight"][1, 0, 0], phi["4.bias"][4, 2] = float("nan"), float("inf")
-    _, tape = model.taped_particle_forward(phi, x, fused=True)
+    _, tape = model.taped_particle_forward(phi, x, fused=fused)
     others = [0, 2, 3, 5, 6]
     _, plain_tape = model.taped_particle_forward({n: p[others] for n, p in phi.items()}, x)
     expected = model.psi_gradients(plain_tape, grad[others])
@@ -137,12 +139,15 @@ def test_particles_with_zero_output_gradients_add_nothing_even_when_nan(dtype):
         assert_close_to_scale(g, expected[p])
 
 
-def test_ohsmc_step_with_a_nan_particle_keeps_psi_and_its_loss_finite():
+@pytest.mark.parametrize("fused", [True, False])
+def test_ohsmc_step_with_a_nan_particle_keeps_psi_and_its_loss_finite(fused):
     """A particle whose outputs are NaN gets no weight (the reweighting's rule), no share in psi's gradient and no
-    part of the logged loss: psi and the loss stay finite, and the NaN particle is resampled away."""
+    part of the logged loss: psi and the loss stay finite, and the NaN particle is resampled away (with the
+    hand-written psi-gradient, in the kernel and on the torch path)."""
     x, y = moons_batches(torch.float64, 2)[0]
     torch.manual_seed(0)
-    sampler = OHSMC(PartialMLP([2, 100, 20, 5, 1], 2), Bernoulli(), num_particles=30, num_data=100, seed=0).double()
+    sampler = OHSMC(PartialMLP([2, 100, 20, 5, 1], 2), Bernoulli(), num_particles=30, num_data=100, seed=0,
+                    fused=fused).double()
     sampler.setup("fit")
     optimizer = sampler.configure_optimizers()
     sampler.particles()["net.4.weight"][3, 0, 0] = float("nan")
@@ -151,6 +156,8 @@ def test_ohsmc_step_with_a_nan_particle_keeps_psi_and_its_loss_finite():
     assert all(torch.isfinite(p).all() for p in sampler.model.deterministic_parameters())
     assert all(torch.isfinite(p).all() for p in sampler.particles().values())
 
+
+def test_networks_outside_the_kernel_are_refused():
     """:meth:`ParticleNetwork.of` returns None for modules and orders the kernel does not have, and a PartialBNN
     then has no particle network."""
     refused = [
