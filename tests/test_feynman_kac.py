@@ -479,3 +479,33 @@ def test_fused_optimizer_is_the_default_and_steps_like_the_plain_one(name):
         torch.testing.assert_close(fused, plain, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="optimizer must be one of"):
         make_optimizer("lbfgs", values, 0.1)
+
+
+@pytest.mark.parametrize("sampler_type", [OHSMC, SGSMC])
+def test_autograd_psi_loss_leaves_out_particles_without_weight_and_non_finite(sampler_type):
+    """The psi-loss autograd differentiates (``finite_psi_loss``): a particle whose log-likelihood is NaN and whose
+    weight is 0 would turn psi's gradient NaN through its activations (0 x NaN); left out, psi's gradient is that of
+    the other particles' loss, and finite."""
+    x, y = moons_batches(torch.float64, 1)[0]
+    sampler = sampler_type(PartialMLP([2, 16, 8, 1], 1), Bernoulli(), num_particles=6, num_data=100, seed=0).double()
+    sampler.setup("fit")
+    particles = {name: p.clone() for name, p in sampler.particles().items()}
+    particles["net.2.weight"][2, 0, 0] = float("nan")
+    weights = torch.tensor([0.3, 0.2, 0.0, 0.1, 0.4, 0.0], dtype=torch.float64)
+    stepper, log_lik = sampler.stepper, sampler.point_log_likelihoods
+    psi = list(sampler.model.deterministic_parameters())
+
+    def gradient(loss):
+        return torch.autograd.grad(loss, psi)
+
+    sums = log_lik(particles, x, y).sum(-1)
+    assert sums[2].isnan() and sums.requires_grad
+    assert not all(g.isfinite().all() for g in gradient(stepper.psi_loss(sums, y.shape[0], weights)))  # the poison
+    loss = stepper.finite_psi_loss(particles, x, y, log_lik, log_lik(particles, x, y).sum(-1), weights)
+    others = [0, 1, 3, 4, 5]
+    alone = stepper.psi_loss(log_lik({n: p[others] for n, p in particles.items()}, x, y).sum(-1), y.shape[0],
+                             weights[others])
+    torch.testing.assert_close(loss, alone)
+    for got, expected in zip(gradient(loss), gradient(alone)):
+        assert got.isfinite().all()
+        torch.testing.assert_close(got, expected)

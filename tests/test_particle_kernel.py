@@ -139,15 +139,15 @@ def test_particles_with_zero_output_gradients_add_nothing_even_when_nan(dtype, f
         assert_close_to_scale(g, expected[p])
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_ohsmc_step_with_a_nan_particle_keeps_psi_and_its_loss_finite(fused):
+@pytest.mark.parametrize("options", [{}, {"fused": False}, {"hand_backprop": False}])
+def test_ohsmc_step_with_a_nan_particle_keeps_psi_and_its_loss_finite(options):
     """A particle whose outputs are NaN gets no weight (the reweighting's rule), no share in psi's gradient and no
-    part of the logged loss: psi and the loss stay finite, and the NaN particle is resampled away (with the
-    hand-written psi-gradient, in the kernel and on the torch path)."""
+    part of the logged loss: psi and the loss stay finite, and the NaN particle is resampled away (the hand-written
+    psi-gradient in the kernel and on the torch path, and autograd's)."""
     x, y = moons_batches(torch.float64, 2)[0]
     torch.manual_seed(0)
     sampler = OHSMC(PartialMLP([2, 100, 20, 5, 1], 2), Bernoulli(), num_particles=30, num_data=100, seed=0,
-                    fused=fused).double()
+                    **options).double()
     sampler.setup("fit")
     optimizer = sampler.configure_optimizers()
     sampler.particles()["net.4.weight"][3, 0, 0] = float("nan")

@@ -140,6 +140,18 @@ class FeynmanKacStepper:
         energies = self.posterior.likelihood_energy(log_lik_sums, batch_size).nan_to_num(0.0, 0.0, 0.0)
         return torch.dot(energies, weights.detach().to(dtype=energies.dtype))
 
+    def finite_psi_loss(self, particles: Mapping[str, Tensor], x: Tensor, y: Tensor, log_lik: LogLikelihood,
+                        log_lik_sums: Tensor, weights: Tensor) -> Tensor:
+        """:meth:`psi_loss` of the ``particles``' summed log-likelihoods ``log_lik_sums`` on ``(x, y)``. Where one is
+        not finite and autograd will take the gradient (a particle without weight, its likelihood 0 or NaN), the loss
+        of the particles with weight from a forward of theirs alone: autograd's 0 x NaN through that particle's
+        activations would otherwise turn psi's gradient NaN (the hand-written gradient skips it itself)."""
+        if not log_lik_sums.requires_grad or bool(log_lik_sums.detach().isfinite().all()):
+            return self.psi_loss(log_lik_sums, y.shape[0], weights)
+        live = weights > 0
+        alone = log_lik({name: p[live] for name, p in particles.items()}, x, y).sum(-1)
+        return self.psi_loss(alone, y.shape[0], weights[live])
+
 
 class OHSMCStepper(FeynmanKacStepper):
     """Algorithm 3 (OHSMC): move, reweight, resample, psi step (see the module docstring). The move is a
@@ -159,7 +171,7 @@ class OHSMCStepper(FeynmanKacStepper):
         sums = log_lik(cloud.particles, x, y).sum(-1)  # (J,) over the M points, differentiable in psi
         batch_size = y.shape[0]
         result = self.reweight(cloud, reduce(self.log_potential(sums.detach(), batch_size)), generator)  # 2.-3.
-        loss = self.psi_loss(sums, batch_size, result.gradient_weights)  # 4., before 5. replaces the particles
+        loss = self.finite_psi_loss(cloud.particles, x, y, log_lik, sums, result.gradient_weights)  # 4., before 5.
         psi_step(loss, result.gradient_weights)
         cloud.apply(result)  # 5.
         return result, loss.detach()
@@ -194,6 +206,6 @@ class SGSMCStepper(FeynmanKacStepper):
         """One iteration on the batch ``(x, y)``: the filter, then the psi step on the final cloud."""
         result = self.filter(cloud, x, y, log_lik, generator)
         weights = cloud.log_weights.exp()
-        loss = self.psi_loss(log_lik(cloud.particles, x, y).sum(-1), y.shape[0], weights)
+        loss = self.finite_psi_loss(cloud.particles, x, y, log_lik, log_lik(cloud.particles, x, y).sum(-1), weights)
         psi_step(loss, weights)
         return result, loss.detach()
