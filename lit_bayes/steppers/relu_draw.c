@@ -81,26 +81,29 @@ static inline vl propose(pieces p, vd omega, vd x, vd u, vd n, vd *z) {
 typedef REAL vreal __attribute__((vector_size(LANES * sizeof(REAL)))); /* LANES elements of the arrays */
 typedef double vdouble __attribute__((vector_size(LANES * sizeof(double))));
 
-/* `lanes` elements of a from `start` into a vector (the other lanes 0); a whole vector moves through a memcpy of
- * constant size, which compiles to one unaligned load or store */
+/* `lanes` elements of a from `start` into the vector v (whose other lanes stay as they are); a whole vector moves
+ * through a memcpy of constant size, which compiles to one unaligned load */
+#define LOAD_LANES(v, a, start, lanes) \
+    do { \
+        if ((lanes) == LANES) \
+            memcpy(&(v), (a) + (start), sizeof(v)); \
+        else \
+            for (int l = 0; l < (lanes); l++) (v)[l] = (a)[(start) + l]; \
+    } while (0)
+
 static inline vd load(const REAL *a, long start, int lanes) {
     vreal v = {0};
-    if (lanes == LANES)
-        memcpy(&v, a + start, sizeof v);
-    else
-        for (int l = 0; l < lanes; l++) v[l] = a[start + l];
+    LOAD_LANES(v, a, start, lanes);
     return __builtin_convertvector(v, vd);
 }
 
 static inline vd load_double(const double *a, long start, int lanes) {
     vdouble v = {0};
-    if (lanes == LANES)
-        memcpy(&v, a + start, sizeof v);
-    else
-        for (int l = 0; l < lanes; l++) v[l] = a[start + l];
+    LOAD_LANES(v, a, start, lanes);
     return (vd)v;
 }
 
+/* the first `lanes` lanes of v into a from `start`, converted to REAL */
 static inline void store(REAL *a, long start, int lanes, vd v) {
     const vreal converted = __builtin_convertvector(v, vreal);
     if (lanes == LANES)
