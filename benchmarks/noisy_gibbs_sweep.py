@@ -67,9 +67,10 @@ every element, further rounds on the rejected ones, and the exact draw of the fe
 Robert's exponential proposal in the tail). Before it, in the plain fwd unit, Exp. A read 10.9 / 11.4 / 12.0 / 10.9
 in four runs that morning; the profile gave the relu draw ~55 % of the sweep (the proposal round's ~15 passes and
 ~40 more for the exact draw of what it rejected), torch's generator ~20 % (a float64 uniform ~4 ns, a float32
-normal ~3.5 ns an element). With it, two runs of this benchmark: Exp. A 7.5 / 8.0 fwd (the ``torch`` column, the
-same sweep without the kernel in the same runs, 10.9 / 11.7: sweep/torch 0.69 / 0.68), ``exp_a_burnt`` 7.1 / 7.1
-(0.68 / 0.65), the MNIST MLP 1.5 / 1.5 (0.83 / 0.84).
+normal ~3.5 ns an element). With it, four runs of this benchmark: Exp. A 7.5 / 8.0 / 8.5 / 7.7 fwd (the ``torch``
+column, the same sweep without the kernel in the same runs, 10.9 / 11.7 / 12.0 / 11.4: sweep/torch 0.69 / 0.68 /
+0.71 / 0.68), ``exp_a_burnt`` 7.1 / 7.1 / 7.3 / 8.1 (0.68 / 0.65 / 0.71 / 0.72), the MNIST MLP 1.5 / 1.5 / 1.5 (0.83 /
+0.84 / 0.78; the fourth run without it).
 
 float32 by default (the authors' default). Timings depend on the machine and its load: nothing
 here asserts on time. Run: ``python benchmarks/noisy_gibbs_sweep.py`` (``--sweeps`` timed repeats

@@ -149,8 +149,8 @@ def test_pre_activation_conditional_matches_exact_density(activation, omega, pos
 @pytest.mark.parametrize("activation, omega, post, delta_z, delta_x", CASES)
 def test_layer_draw_with_proposals_matches_exact_density(activation, omega, post, delta_z, delta_x, fused):
     """sample_pre_activations on one chunk: a proposal round, then the exact draw for what it rejects (with the
-    bracket where 4,096 or more are rejected, without it below), together exact; ``fused`` (relu): the C proposal
-    rounds, then the exact draw for what they leave."""
+    bracket where 4,096 or more are rejected, without it below), together exact; ``fused`` (relu): the layer drawn
+    in C, proposal rounds and the exact draw of what they leave."""
     full = lambda v: torch.full((DRAWS,), v, dtype=torch.float64)  # noqa: E731
     out = sample_pre_activations(activation, full(omega), full(post), delta_z, delta_x, generator(6),
                                  torch.empty(DRAWS, dtype=torch.float64), fused)
@@ -314,8 +314,8 @@ def test_log_normal_cdf_equals_scipy_from_deep_tail_to_one():
 @pytest.mark.parametrize("fused", [True, False])
 def test_chunked_layer_draw_keeps_each_element_law(monkeypatch, fused):
     """sample_pre_activations over (C, n, K) in chunks that cut rows apart (CHUNK = 777): every element keeps
-    the law of its own (omega, x), so no chunk reads or writes another's elements; ``fused``: the C rounds on the
-    whole layer, then the exact draw in chunks of what they leave."""
+    the law of its own (omega, x), so no chunk reads or writes another's elements; ``fused``: the whole layer drawn
+    in C, its (C, n, K) elements flattened."""
     import lit_bayes.steppers.truncated_gaussian as module
 
     monkeypatch.setattr(module, "CHUNK", 777)

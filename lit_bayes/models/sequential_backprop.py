@@ -153,8 +153,8 @@ def _back(records: Records, grad: Tensor, grads: dict[Tensor, Tensor], input_gra
 
 
 def _particles_of(tape: Tape, keep: Tensor) -> Tape:
-    """``tape`` restricted to the particles ``keep`` (a (J,) mask): their rows of the upper layers' records (point-major,
-    ``(B J, ...)``) and their weights."""
+    """``tape`` restricted to the particles ``keep`` (a (J,) mask): their rows of the upper layers' records
+    (point-major, ``(B J, ...)``) and their weights."""
     num = tape.weight.shape[0]
     rows = lambda t: None if t is None else t.unflatten(0, (-1, num))[:, keep].flatten(0, 1)  # noqa: E731
     return Tape(tape.trunk, [(m, rows(x), rows(y), rows(saved)) for m, x, y, saved in tape.above], tape.weight[keep])
@@ -166,7 +166,7 @@ def psi_gradients(tape: Tape, grad_output: Tensor) -> dict[Tensor, Tensor]:
     gradient ``grad_output`` ``(J, B, ...)`` of a loss with respect to the outputs of the taped forward. A particle
     whose output gradients are all 0 (no weight in the loss) adds nothing, even where its activations or parameters
     are NaN or infinite (not 0 x NaN): the particle kernel skips it, and here, where a gradient comes out non-finite,
-    it is computed again without the rows of such particles (a check of ~10 us a step, the second pass only then)."""
+    it is computed again without the rows of such particles (a check of ~5 us a step, the second pass only then)."""
     if tape.fused is not None:
         network, kernel, x, bias = tape.fused
         return network.backward(kernel, x, tape.weight, bias, grad_output)

@@ -213,7 +213,8 @@ static double log_normal_cdf(double a) {
     if (a > 0.0) return log1p(-0.5 * erfc(a * M_SQRT1_2));
     if (a > -37.0) return log(0.5 * erfc(-a * M_SQRT1_2));
     const double r = 1.0 / (a * a);
-    return -0.5 * a * a - log(-a) - HALF_LOG_2PI + log1p(r * (-1.0 + r * (3.0 + r * (-15.0 + r * (105.0 - 945.0 * r)))));
+    const double series = r * (-1.0 + r * (3.0 + r * (-15.0 + r * (105.0 - 945.0 * r))));
+    return -0.5 * a * a - log(-a) - HALF_LOG_2PI + log1p(series);
 }
 
 /* X ~ N(0, 1) conditioned on X >= alpha, exactly, in *draw (returns 0 where MAX_TRIALS pass first): below 0,
@@ -241,15 +242,18 @@ static int normal_above(double alpha, stream *s, double *draw) {
  * side of 0. pending keeps the elements not drawn (MAX_TRIALS passed: NaN inputs); returns their number. */
 long relu_exact(long count, long *pending, const REAL *omega, const REAL *x, double delta_z, double delta_x,
                 unsigned long long key, REAL *out) {
-    const double total = delta_x + delta_z, std_negative = sqrt(delta_z), std_positive = sqrt(delta_x * delta_z / total);
+    const double total = delta_x + delta_z, std_negative = sqrt(delta_z);
+    const double std_positive = sqrt(delta_x * delta_z / total);
     const double log_std_negative = log(std_negative), log_std_positive = log(std_positive);
     long kept = 0;
     for (long k = 0; k < count; k++) {
         const long i = pending[k];
         stream s = {key + ((unsigned long long)i << 32) * GOLDEN, 0};
         const double w = omega[i], d = x[i] - w, mean_positive = w + d * (delta_z / total);
-        const double log_negative = -0.5 * x[i] * x[i] / delta_x + log_std_negative + log_normal_cdf(-w / std_negative);
-        const double log_positive = -0.5 * d * d / total + log_std_positive + log_normal_cdf(mean_positive / std_positive);
+        const double log_negative = -0.5 * x[i] * x[i] / delta_x + log_std_negative +
+                                    log_normal_cdf(-w / std_negative);
+        const double log_positive = -0.5 * d * d / total + log_std_positive +
+                                    log_normal_cdf(mean_positive / std_positive);
         const int negative = uniform_open(&s) <= 1.0 / (1.0 + exp(log_positive - log_negative));
         double draw;
         const int drawn = negative ? normal_above(w / std_negative, &s, &draw)
