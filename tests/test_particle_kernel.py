@@ -14,7 +14,7 @@ from lit_bayes.models import particle_kernel
 from lit_bayes.models.activations import TanhGELU
 from lit_bayes.models.particle_kernel import MAX_WIDTH, ParticleNetwork, particle_network_kernel
 from tests.test_feynman_kac import moons_batches, ohsmc_after_steps
-from tests.test_predictive_kernel import processor_has_avx512
+from tests.kernel_builds import kernel_built_in, processor_has_avx512
 
 RELATIVE = {torch.float64: 1e-12, torch.float32: 2e-5}
 
@@ -206,17 +206,13 @@ def test_kernel_is_refused_for_other_dtypes_devices_and_layouts():
 def test_without_a_compiler_the_torch_path_runs(monkeypatch, tmp_path):
     """Where the kernel cannot be built, the fused forward is the torch path's, to the bit."""
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setenv("LIT_BAYES_CACHE", str(tmp_path))
-    particle_network_kernel.cache_clear()
-    try:
+    with kernel_built_in(tmp_path, monkeypatch, particle_network_kernel):
         model = PartialMLP([2, 7, 3, 1], 1)
         phi = _phi(model, 4, torch.Generator().manual_seed(0), torch.float32)
         x = torch.randn(5, 2)
         assert model.particle_network.kernel(x, phi["2.weight"], phi["2.bias"]) is None
         fused, tape = model.taped_particle_forward(phi, x, fused=True)
         assert tape.fused is None and torch.equal(fused, model.taped_particle_forward(phi, x)[0])
-    finally:
-        particle_network_kernel.cache_clear()
 
 
 @pytest.mark.skipif(not processor_has_avx512(), reason="the default build is the four- and eight-lane one here")
@@ -224,9 +220,7 @@ def test_without_a_compiler_the_torch_path_runs(monkeypatch, tmp_path):
 def test_the_avx2_build_equals_the_torch_path(monkeypatch, tmp_path, dtype):
     """Where the kernel builds with AVX-512, the build without it (AVX2's 32-byte vectors) as well."""
     monkeypatch.setattr(particle_kernel, "FLAGS", (*particle_kernel.FLAGS, "-mno-avx512f"))
-    monkeypatch.setenv("LIT_BAYES_CACHE", str(tmp_path))
-    particle_network_kernel.cache_clear()
-    try:
+    with kernel_built_in(tmp_path, monkeypatch, particle_network_kernel):
         gen = torch.Generator().manual_seed(0)
         model = PartialMLP([3, 9, 6, 5, 2], 1).to(dtype)
         phi, x = _phi(model, 11, gen, dtype), torch.randn(13, 3, generator=gen, dtype=dtype)
@@ -235,8 +229,6 @@ def test_the_avx2_build_equals_the_torch_path(monkeypatch, tmp_path, dtype):
         assert len(list(tmp_path.glob("particle_kernel-*.so"))) == 1  # the kernel ran, built here
         grad = torch.randn(plain.shape, generator=gen, dtype=dtype)
         expected, grads = model.psi_gradients(plain_tape, grad), model.psi_gradients(fused_tape, grad)
-    finally:
-        particle_network_kernel.cache_clear()
     assert_close_to_scale(fused, plain)
     for p, g in expected.items():
         assert_close_to_scale(grads[p], g)

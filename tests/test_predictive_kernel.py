@@ -1,16 +1,15 @@
 """The fused CPU predictive (lit_bayes.predictive_kernel) equals the eager path; where it cannot apply or cannot
 be built, the eager path runs and the results are the same."""
-import platform
-
 import pytest
 import torch
 from torch import nn
 
 from lit_bayes import SGMCMC, Categorical, Gaussian, GaussianPrior
-from lit_bayes import native, predictive_kernel
+from lit_bayes import predictive_kernel
 from lit_bayes.models import MLP
 from lit_bayes.predictive import marginal_predictive
 from lit_bayes.predictive_kernel import FOLDINGS, LOG2E, FusedPredictive, folded_parameters, fused_tile_kernel
+from tests.kernel_builds import kernel_built_in, processor_has_avx512
 
 FIELDS = ("log_probs", "entropy", "mutual_information", "log_prob_target")
 MAX_PLUS_ONE = predictive_kernel.MAX_WIDTH + 1
@@ -104,28 +103,18 @@ def test_fused_predictive_of_saturated_units(activation):
     assert_same_predictive(fused, eager, atol=1e-3)  # float32 logs of magnitude ~1e2
 
 
-def processor_has_avx512() -> bool:
-    """Whether this x86-64 processor lists AVX-512, so that the kernel's ``-march=native`` build has 16 lanes (read
-    from what the kernel's cache key reads, ``native.processor``)."""
-    return platform.machine() == "x86_64" and " avx512f" in native.processor()
-
-
 @pytest.mark.skipif(not processor_has_avx512(), reason="the default build is the eight-lane one here")
 @pytest.mark.parametrize("activation", ["sigmoid", "relu"])
 def test_the_eight_lane_build_equals_the_eager_path(monkeypatch, tmp_path, activation):
     """Where the kernel builds with AVX-512 (16 lanes), the build without it (8 lanes, AVX2's registers) as well."""
     monkeypatch.setattr(predictive_kernel, "FLAGS", (*predictive_kernel.FLAGS, "-mno-avx512f"))
-    monkeypatch.setenv("LIT_BAYES_CACHE", str(tmp_path))
-    fused_tile_kernel.cache_clear()
-    try:
+    with kernel_built_in(tmp_path, monkeypatch, fused_tile_kernel):
         sampler = SGMCMC(MLP([6, 10, 9, 4], activation=activation), Categorical(4), num_data=50)
         samples = draws(sampler, 29)
         x, y = 2.0 * torch.randn(45, 6), torch.randint(0, 4, (45,))
         fused, eager = both_paths(sampler, samples, skewed_log_weights(29, zero_weights=3), x, y, chunk_size=8,
                                   tile_points=21)
         assert len(list(tmp_path.glob("predictive_kernel-*.so"))) == 1  # the fused path ran, built here
-    finally:
-        fused_tile_kernel.cache_clear()
     assert_same_predictive(fused, eager)
 
 
@@ -205,24 +194,18 @@ def test_without_a_compiler_the_eager_path_runs(monkeypatch, tmp_path):
     sampler = SGMCMC(MLP([4, 6, 3]), Categorical(3), num_data=50)
     samples, x, y = draws(sampler, 7), torch.randn(11, 4), torch.randint(0, 3, (11,))
     expected = marginal_predictive(sampler, samples, skewed_log_weights(7), x, y, fused=False)
-    monkeypatch.setenv("LIT_BAYES_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", "false")  # a compiler that always fails
-    fused_tile_kernel.cache_clear()
-    try:
+    with kernel_built_in(tmp_path, monkeypatch, fused_tile_kernel):
         assert fused_tile_kernel((6, 3), 0) is None
         assert FusedPredictive.of(sampler, samples, x) is None
         got = marginal_predictive(sampler, samples, skewed_log_weights(7), x, y)
         assert not list(tmp_path.iterdir())  # no half-written library left behind
-    finally:
-        fused_tile_kernel.cache_clear()
     for field in FIELDS:
         assert torch.equal(getattr(got, field), getattr(expected, field)), field
 
 
 def test_the_kernel_is_built_once_into_the_cache_folder(monkeypatch, tmp_path):
-    monkeypatch.setenv("LIT_BAYES_CACHE", str(tmp_path))
-    fused_tile_kernel.cache_clear()
-    try:
+    with kernel_built_in(tmp_path, monkeypatch, fused_tile_kernel):
         assert fused_tile_kernel((6, 3), 0) is not None
         built = list(tmp_path.glob("predictive_kernel-*.so"))
         assert len(built) == 1 and not list(tmp_path.glob("*.partial"))
@@ -232,5 +215,3 @@ def test_the_kernel_is_built_once_into_the_cache_folder(monkeypatch, tmp_path):
         assert built[0].stat().st_mtime_ns == stamp  # loaded, not compiled again
         assert fused_tile_kernel((6, 3), 1) is not None  # another shape or activation: another library
         assert len(list(tmp_path.glob("predictive_kernel-*.so"))) == 2
-    finally:
-        fused_tile_kernel.cache_clear()

@@ -15,7 +15,7 @@ from lit_bayes.steppers import relu_draw, truncated_gaussian
 from lit_bayes.steppers.relu_draw import draw_relu_layer, relu_draw_kernel
 from lit_bayes.steppers.truncated_gaussian import _fused_applies, propose_relu, sample_pre_activations
 from tests.gaussian_targets import KS_P_MIN
-from tests.test_predictive_kernel import processor_has_avx512
+from tests.kernel_builds import kernel_built_in, processor_has_avx512
 from tests.test_truncated_gaussian import CASES, DRAWS, exact_cdf
 
 NOISES = [(1e-4, 1e-4), (0.3, 0.05), (2.0, 2.0)]
@@ -208,14 +208,10 @@ def test_without_a_compiler_the_torch_path_runs(monkeypatch, tmp_path):
     """Where the kernel cannot be built, sample_pre_activations with ``fused`` draws the torch path's values, to the
     bit."""
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setenv("LIT_BAYES_CACHE", str(tmp_path))
-    relu_draw_kernel.cache_clear()
-    try:
+    with kernel_built_in(tmp_path, monkeypatch, relu_draw_kernel):
         assert relu_draw_kernel(torch.float32) is None
         omega, post = grid(torch.float32)
         fused = sample_pre_activations("relu", omega, post, 1e-2, 1e-2, generator(2), torch.empty_like(omega))
-    finally:
-        relu_draw_kernel.cache_clear()
     plain = sample_pre_activations("relu", omega, post, 1e-2, 1e-2, generator(2), torch.empty_like(omega), False)
     assert torch.equal(fused, plain)
 
@@ -225,14 +221,10 @@ def test_without_a_compiler_the_torch_path_runs(monkeypatch, tmp_path):
 def test_the_avx2_build_equals_propose_relu(monkeypatch, tmp_path, dtype):
     """Where the kernel builds with AVX-512, the build without it (four lanes) as well."""
     monkeypatch.setattr(relu_draw, "FLAGS", (*relu_draw.FLAGS, "-mno-avx512f"))
-    monkeypatch.setenv("LIT_BAYES_CACHE", str(tmp_path))
-    relu_draw_kernel.cache_clear()
-    try:
+    with kernel_built_in(tmp_path, monkeypatch, relu_draw_kernel):
         omega, post = grid(dtype)
         out, mask = first_round(omega, post, 0.3, 0.05, generator(19))
         assert len(list(tmp_path.glob("relu_draw-*.so"))) == 1  # built here
-    finally:
-        relu_draw_kernel.cache_clear()
     draws, rejected = propose_relu(omega, post, 0.3, 0.05, generator(19), dtype)
     assert torch.equal(mask, rejected)
     torch.testing.assert_close(out, draws.to(dtype), rtol=1e-15, atol=1e-15)
