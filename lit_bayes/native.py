@@ -1,8 +1,9 @@
 """C kernels compiled on the user's machine and loaded with ``ctypes``: the compiler, the cache folder, the build.
 
 A kernel's source is compiled with the system's C compiler (``CC``, else ``cc``, else ``gcc``) into a cache folder
-(``LIT_BAYES_CACHE``, else ``$XDG_CACHE_HOME/lit_bayes``, else ``~/.cache/lit_bayes``), once per source, compiler,
-flags and processor (the flags hold ``-march=native`` and the kernel's shape), in about a second.
+(``LIT_BAYES_CACHE``, else ``$XDG_CACHE_HOME/lit_bayes``, else ``~/.cache/lit_bayes``), once per source (with the
+files it includes), compiler, flags and processor (the flags hold ``-march=native`` and the kernel's shape), in about
+a second.
 :func:`load_library` builds and loads one, or says (logged) what runs instead.
 """
 from __future__ import annotations
@@ -12,13 +13,14 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["FLAGS", "c_compiler", "cache_folder", "compiled", "load_library", "processor"]
+__all__ = ["FLAGS", "c_compiler", "cache_folder", "compiled", "included", "load_library", "processor"]
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +48,21 @@ def processor() -> str:
     return "\n".join(dict.fromkeys(line for line in lines if line.split(":")[0].strip() in wanted))
 
 
+def included(source: Path) -> list[Path]:
+    """The files ``source`` includes with quotes (``#include "..."``, relative to its folder): a change to one of them
+    rebuilds it, as a change to the source does."""
+    names = re.findall(r'^\s*#\s*include\s+"([^"]+)"', source.read_text(), flags=re.MULTILINE)
+    return [source.parent / name for name in names]
+
+
 def compiled(source: Path, compiler: str, flags: list[str]) -> Path:
     """The shared library of ``source`` compiled with ``flags`` in the cache folder, compiled there first if missing
-    (written under a temporary name and renamed, so processes compiling at once never load a half-written file).
-    Raises ``subprocess.CalledProcessError`` where the compiler fails."""
-    key = hashlib.sha256(b"\0".join([source.read_bytes(), compiler.encode(), " ".join(flags).encode(),
-                                     processor().encode(), platform.machine().encode()])).hexdigest()[:16]
+    (written under a temporary name and renamed, so processes compiling at once never load a half-written file). The
+    cache key holds the source and the files it includes (:func:`included`). Raises ``subprocess.CalledProcessError``
+    where the compiler fails."""
+    texts = [path.read_bytes() for path in (source, *included(source))]
+    key = hashlib.sha256(b"\0".join([*texts, compiler.encode(), " ".join(flags).encode(), processor().encode(),
+                                     platform.machine().encode()])).hexdigest()[:16]
     folder = cache_folder()
     target = folder / f"{source.stem}-{key}.so"
     if target.exists():

@@ -40,3 +40,17 @@ def test_none_and_a_log_line_without_a_compiler(tmp_path, monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger="lit_bayes.native"):
         assert native.load_library(tmp_path / "twice.c", [list(native.FLAGS)], "torch runs instead") is None
     assert "torch runs instead" in caplog.text
+
+
+def test_a_change_to_an_included_file_rebuilds_the_library(source):
+    """The cache key holds the files a source includes with quotes: another header, another library."""
+    header = source.parent / "factor.h"
+    header.write_text("#define FACTOR 2\n")
+    source.write_text('#include "factor.h"\nint twice(int x) { return FACTOR * x; }\n')
+    assert native.included(source) == [header]
+    first = native.compiled(source, native.c_compiler(), list(native.FLAGS))
+    assert native.compiled(source, native.c_compiler(), list(native.FLAGS)) == first  # unchanged: the same library
+    header.write_text("#define FACTOR 3\n")
+    library = ctypes.CDLL(str(native.compiled(source, native.c_compiler(), list(native.FLAGS))))
+    library.twice.argtypes, library.twice.restype = [ctypes.c_int], ctypes.c_int
+    assert library.twice(7) == 21

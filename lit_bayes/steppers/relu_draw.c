@@ -1,7 +1,8 @@
 /* The relu pre-activation draw of the noisy-network Gibbs sweep (noisy-gibbs spec §2.3, eq. 10, App. E.1), for
  * lit_bayes/steppers/relu_draw.py: rounds of proposals (the arithmetic of truncated_gaussian.propose_relu, LANES
  * elements to a vector of doubles with GCC's vector extensions, 64 bytes where the compiler targets AVX-512, else
- * 32), their random numbers drawn by torch's generator and passed in, then the exact draw of what they leave.
+ * 32: lit_bayes/vector_exp.h), their random numbers drawn by torch's generator and passed in, then the exact draw
+ * of what they leave.
  *
  * With d = x - omega, Delta = Delta_X + Delta_Z, the log-odds of the untruncated pieces (negative over positive) are
  *
@@ -21,41 +22,9 @@
 #error "compile with -DREAL=float or -DREAL=double"
 #endif
 
-#if defined(__AVX512F__)
-#define VBYTES 64
-#else
-#define VBYTES 32
-#endif
-#define LANES (VBYTES / 8) /* elements to a vector of doubles */
+#define DOUBLE 1 /* the arithmetic */
+#include "../vector_exp.h"
 #define BLOCK 256 /* elements of the first round between two compactions of the rejected indices */
-
-typedef double vd __attribute__((vector_size(VBYTES)));
-typedef long long vl __attribute__((vector_size(VBYTES)));
-
-static inline vd splat(double a) { return (vd){0} + a; }
-
-/* mask ? a : b lane by lane (mask lanes all ones or all zeros) */
-static inline vd vselect(vl mask, vd a, vd b) { return (vd)(((vl)a & mask) | ((vl)b & ~mask)); }
-
-static const double inverse_factorial[14] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040,
-                                             1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800,
-                                             1.0 / 479001600, 1.0 / 6227020800.0};
-
-/* e^x in float64: n = round(x log2 e) by one add of 1.5 * 2^52 + 1023 (which leaves n + 1023 in the low mantissa
- * bits, shifted up to the exponent of 2^n), r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 in two parts, Cody and Waite),
- * e^r by its Taylor polynomial of degree 13 (relative error below 5e-18). 0 below -708 and +inf above 709 (where
- * libm's e^x is below 3.3e-308 or overflows); NaN stays NaN. */
-static inline vd vexp(vd x) {
-    const double lo = -708.0, hi = 709.0, shift = 6755399441055744.0 + 1023.0, log2e = 1.44269504088896338700e+00;
-    const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
-    const vl under = x < splat(lo), over = x > splat(hi);
-    x = vselect(under, splat(lo), vselect(over, splat(hi), x));
-    const vd k = x * log2e + shift, n = k - shift;
-    const vd r = x - n * ln2_hi - n * ln2_lo;
-    vd p = splat(inverse_factorial[13]);
-    for (int i = 12; i >= 0; i--) p = p * r + inverse_factorial[i];
-    return vselect(under, splat(0), vselect(over, splat(__builtin_inf()), p * (vd)((vl)k << 52)));
-}
 
 typedef struct {
     double over_total, over_x, log_odds_shift, shift, std_negative, std_step;
@@ -69,17 +38,16 @@ static pieces relu_pieces(double delta_z, double delta_x) {
 
 /* One proposal for LANES elements (omega, x) from uniforms u in [0, 1) and standard normals n, without branches
  * (the pieces and the acceptances are random): the candidates in *z, and a mask of those accepted. */
-static inline vl propose(pieces p, vd omega, vd x, vd u, vd n, vd *z) {
-    const vd d = x - omega;
-    const vd log_odds = d * d * p.over_total - x * x * p.over_x + p.log_odds_shift;
-    const vl positive = u >= 1.0 / (1.0 + vexp(-log_odds));
-    const vd on = vselect(positive, splat(1.0), splat(0.0));
+static inline vm propose(pieces p, vr omega, vr x, vr u, vr n, vr *z) {
+    const vr d = x - omega;
+    const vr log_odds = d * d * p.over_total - x * x * p.over_x + p.log_odds_shift;
+    const vm positive = u >= 1.0 / (1.0 + vexp(-log_odds));
+    const vr on = vselect(positive, splat(1.0), splat(0.0));
     *z = omega + n * (on * p.std_step + p.std_negative) + on * p.shift * d;
     return ~((*z > splat(0.0)) ^ positive);
 }
 
 typedef REAL vreal __attribute__((vector_size(LANES * sizeof(REAL)))); /* LANES elements of the arrays */
-typedef double vdouble __attribute__((vector_size(LANES * sizeof(double))));
 
 /* `lanes` elements of a from `start` into the vector v (whose other lanes stay as they are); a whole vector moves
  * through a memcpy of constant size, which compiles to one unaligned load */
@@ -91,20 +59,20 @@ typedef double vdouble __attribute__((vector_size(LANES * sizeof(double))));
             for (int l = 0; l < (lanes); l++) (v)[l] = (a)[(start) + l]; \
     } while (0)
 
-static inline vd load(const REAL *a, long start, int lanes) {
+static inline vr load(const REAL *a, long start, int lanes) {
     vreal v = {0};
     LOAD_LANES(v, a, start, lanes);
-    return __builtin_convertvector(v, vd);
+    return __builtin_convertvector(v, vr);
 }
 
-static inline vd load_double(const double *a, long start, int lanes) {
-    vdouble v = {0};
+static inline vr load_double(const double *a, long start, int lanes) {
+    vr v = {0};
     LOAD_LANES(v, a, start, lanes);
-    return (vd)v;
+    return v;
 }
 
 /* the first `lanes` lanes of v into a from `start`, converted to REAL */
-static inline void store(REAL *a, long start, int lanes, vd v) {
+static inline void store(REAL *a, long start, int lanes, vr v) {
     const vreal converted = __builtin_convertvector(v, vreal);
     if (lanes == LANES)
         memcpy(a + start, &converted, sizeof converted);
@@ -113,10 +81,10 @@ static inline void store(REAL *a, long start, int lanes, vd v) {
 }
 
 /* the elements index[0..lanes) of a into a vector (the other lanes 0) */
-static inline vd gather(const REAL *a, const long *index, int lanes) {
+static inline vr gather(const REAL *a, const long *index, int lanes) {
     double values[LANES] = {0};
     for (int l = 0; l < lanes; l++) values[l] = a[index[l]];
-    vd v;
+    vr v;
     memcpy(&v, values, sizeof v);
     return v;
 }
@@ -133,8 +101,8 @@ long relu_first_round(long count, const REAL *omega, const REAL *x, double delta
         const long size = count - block < BLOCK ? count - block : BLOCK;
         for (long start = block; start < block + size; start += LANES) {
             const int lanes = block + size - start < LANES ? (int)(block + size - start) : LANES;
-            vd z;
-            const vl flags = propose(p, load(omega, start, lanes), load(x, start, lanes), load_double(u, start, lanes),
+            vr z;
+            const vm flags = propose(p, load(omega, start, lanes), load(x, start, lanes), load_double(u, start, lanes),
                                      load(normal, start, lanes), &z);
             store(out, start, lanes, z);
             for (int l = 0; l < lanes; l++) accepted[start - block + l] = flags[l];
@@ -160,8 +128,8 @@ long relu_retry(long count, long *pending, const REAL *omega, const REAL *x, dou
         for (long k = 0; k < tried;) {
             const int lanes = tried - k < LANES ? (int)(tried - k) : LANES;
             const long *index = pending + k;
-            vd z;
-            const vl accepted = propose(p, gather(omega, index, lanes), gather(x, index, lanes),
+            vr z;
+            const vm accepted = propose(p, gather(omega, index, lanes), gather(x, index, lanes),
                                         load_double(u, next, lanes), load(normal, next, lanes), &z);
             for (int l = 0; l < lanes; l++) { /* a rejected candidate is written too: the element stays pending */
                 const long i = index[l];
