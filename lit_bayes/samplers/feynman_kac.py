@@ -232,8 +232,8 @@ class FeynmanKacSampler(PartialBNNSampler):
         """:meth:`psi_step` with the gradient of the loss (N/M)/T sum_j w_j [-log p(y | phi^j; psi)] from the
         last taped forward: d loss / d outputs = c w_j d log p / d outputs with c the energy per unit of
         summed log-likelihood (-(N/M)/T), then :meth:`PartialBNN.psi_gradients`. A particle without weight (not
-        resampled; its likelihood NaN or 0) has a zero output gradient, not 0 x NaN = NaN: with the particle kernel
-        it then adds nothing to psi's gradient."""
+        resampled; its likelihood NaN or 0) has a zero output gradient, not 0 x NaN = NaN: it then adds nothing to
+        psi's gradient (:func:`lit_bayes.models.sequential_backprop.psi_gradients`, in the kernel and in torch)."""
         tape, outputs, y = self._taped.pop("last")
         per_unit = self.posterior.likelihood_energy(1.0, y.shape[0])  # the energy is linear in the sum
         scale = weights.mul(per_unit).view(-1, *([1] * (outputs.dim() - 1)))
