@@ -1,6 +1,7 @@
 """Lightning callbacks of lit_bayes (installed as ``lit_bayes.callbacks``)."""
 from lit_bayes.callbacks.acceptance_monitor import AcceptanceMonitor
 from lit_bayes.callbacks.chain_diagnostics import ChainDiagnostics
+from lit_bayes.callbacks.chain_stacking import ChainStacking
 from lit_bayes.callbacks.coordinate_mixing import CoordinateMixing
 from lit_bayes.callbacks.lr_decay import ExponentialLRDecay
 from lit_bayes.callbacks.map_baseline import MAPBaseline
@@ -19,6 +20,7 @@ from lit_bayes.callbacks.uncertainty_metrics import UncertaintyMetrics
 __all__ = [
     "AcceptanceMonitor",
     "ChainDiagnostics",
+    "ChainStacking",
     "CoordinateMixing",
     "DiagnosticPlots",
     "ExponentialLRDecay",

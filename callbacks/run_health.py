@@ -12,6 +12,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from lit_bayes.callbacks.acceptance_monitor import AcceptanceMonitor
 from lit_bayes.callbacks.chain_diagnostics import PREFIX, ChainDiagnostics, is_function_space, returned_energy
+from lit_bayes.callbacks.chain_stacking import ChainStacking
+from lit_bayes.callbacks.map_baseline import MAPBaseline
 from lit_bayes.callbacks.posterior_samples import PosteriorSamples
 from lit_bayes.health import Health, HealthThresholds, RunRecord, assess
 
@@ -27,8 +29,9 @@ class RunHealth(Callback):
     (:func:`lit_bayes.health.assess`): verdict ``ok`` / ``warning`` / ``failed`` with reasons and
     advice. It reads the traces and R-hat of a :class:`ChainDiagnostics` (function space: held-out
     log predictive densities), the draws a :class:`PosteriorSamples` kept, the rates of an
-    :class:`AcceptanceMonitor` (each optional), and counts the non-finite energies the sampler's
-    steps return itself.
+    :class:`AcceptanceMonitor` (each optional), the validation NLPD of the posterior and of a
+    :class:`MAPBaseline`'s MAP fit (fitted at the end of fit when one is among the callbacks), and counts
+    the non-finite energies the sampler's steps return itself.
 
     The verdict is printed as a short console summary (``print_report``), logged to every logger
     (``health/level``: 0 ok, 1 warning, 2 failed; ``health/draws_total``, ``health/draws_per_chain``;
@@ -87,7 +90,28 @@ class RunHealth(Callback):
             independent_chains=independent,
             posterior_sampler=pl_module.keeps_draws,
             notes=tuple(note for note in [pl_module.batch_target_note()] if note is not None),
+            stacking=self._stacking(trainer, pl_module),
+            **self._heldout_nlpds(trainer, pl_module),
         )
+
+    @staticmethod
+    def _stacking(trainer, pl_module) -> dict | None:
+        """A :class:`ChainStacking`'s weights and validation NLPDs (fitted now if it is among the callbacks)."""
+        stacking = _find(trainer, ChainStacking)
+        if stacking is None or not pl_module.keeps_draws or pl_module.predict_with_current_state:
+            return None
+        stacking.fit_weights(trainer, pl_module)
+        return stacking.health_summary()
+
+    @staticmethod
+    def _heldout_nlpds(trainer, pl_module) -> dict[str, float]:
+        """The validation NLPD of the posterior predictive (the last validation's ``val/nlpd``) and of a
+        :class:`MAPBaseline`'s MAP estimate, when both exist."""
+        baseline, nlpd = _find(trainer, MAPBaseline), trainer.callback_metrics.get("val/nlpd")
+        if baseline is None or nlpd is None or not pl_module.keeps_draws:
+            return {}
+        map_nlpd = baseline.validation_nlpd(trainer, pl_module)
+        return {} if map_nlpd is None else {"heldout_nlpd": float(nlpd), "map_heldout_nlpd": map_nlpd}
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self.health = None

@@ -14,6 +14,7 @@ _EXPORTS = {
     **dict.fromkeys(("BlockGibbs", "HMC", "IntermediateHMC", "IntermediateMALA", "MALA", "MAP", "MeanFieldVB",
                      "NoisyGibbs", "OHSMC", "SGMCMC", "SGSMC", "SWAG", "SamplerModule", "StructuredSGMCMC"),
                     "lit_bayes.samplers"),
+    "LearnedScalePrior": "lit_bayes.prior_scales",
     "load_run": "lit_bayes.run_loading",
     **dict.fromkeys(("run_to_arviz", "to_arviz"), "lit_bayes.arviz_export"),
 }

@@ -29,6 +29,9 @@ advice that fixes it. The checks:
 - ``divergence`` (failed): chains whose energy rose from the first to the second half of the
   kept draws by more than ``divergence_sd`` within-chain standard deviations (the median
   chain's, over the first half): a stochastic-gradient chain running away.
+- ``worse_than_map`` (warning): the posterior predictive's NLPD on the validation split is above that
+  of the MAP estimate of the same energy (:class:`~lit_bayes.callbacks.MAPBaseline`): the draws may be
+  right, but this posterior predicts worse than its own mode, which usually points at the prior.
 """
 from __future__ import annotations
 
@@ -126,7 +129,10 @@ class RunRecord:
     that are function-space quantities; ``diagnostics``: their R-hat and ESS (``rhat/<name>``,
     ``ess_bulk/<name>``); ``acceptance``: rate per layer or block label; ``posterior_sampler``:
     False for an optimiser (MAP, variational inference, SWAG), whose chains are not meant to agree; ``notes``:
-    what the sampler says of its target, passed on to the health notes.
+    what the sampler says of its target, passed on to the health notes; ``heldout_nlpd``,
+    ``map_heldout_nlpd``: the validation NLPD of the posterior predictive and of the MAP baseline (None when
+    either was not measured); ``stacking``: chain stacking's ``weights`` and validation NLPDs
+    (``val_nlpd_equal``, ``val_nlpd_stacked``), when a :class:`~lit_bayes.callbacks.ChainStacking` ran.
     """
 
     steps: int
@@ -143,6 +149,9 @@ class RunRecord:
     independent_chains: bool = True
     posterior_sampler: bool = True
     notes: tuple[str, ...] = ()
+    heldout_nlpd: float | None = None
+    map_heldout_nlpd: float | None = None
+    stacking: dict | None = None
 
 
 def assess(record: RunRecord, thresholds: HealthThresholds | None = None) -> Health:
@@ -166,6 +175,8 @@ def assess(record: RunRecord, thresholds: HealthThresholds | None = None) -> Hea
         reasons += _chain_reasons(record, limits)
     if record.acceptance:
         reasons += _acceptance_reasons(record.acceptance, limits)
+    if record.posterior_sampler and None not in (record.heldout_nlpd, record.map_heldout_nlpd):
+        reasons += _map_reasons(record.heldout_nlpd, record.map_heldout_nlpd)
     verdict = "failed" if any(r.severity == "failed" for r in reasons) else "warning" if reasons else "ok"
     return Health(verdict, reasons, record.draws_per_chain, record.draws_per_chain * record.chains,
                   record.chains, notes)
@@ -239,7 +250,7 @@ def _chain_reasons(record: RunRecord, limits: HealthThresholds) -> list[Reason]:
         reasons.append(_unchecked_reason(record))
     space = next((n for n in ("heldout_lpd", "energy") if n in record.traces), None)
     if space is not None:
-        reasons += _stationarity_reasons(record.traces[space], space, limits)
+        reasons += _stationarity_reasons(record.traces[space], space, limits, record.stacking)
     if "energy" in record.traces:
         reasons += _divergence_reasons(record.traces["energy"], limits)
     return reasons
@@ -252,7 +263,8 @@ def _halves(trace: Tensor) -> tuple[np.ndarray, np.ndarray]:
     return values[:, :half].mean(1), values[:, half:2 * half].mean(1)
 
 
-def _stationarity_reasons(trace: Tensor, name: str, limits: HealthThresholds) -> list[Reason]:
+def _stationarity_reasons(trace: Tensor, name: str, limits: HealthThresholds,
+                          stacking: dict | None = None) -> list[Reason]:
     reasons = []
     values = trace.detach().cpu().double().numpy()
     chains = values.shape[0]
@@ -278,9 +290,14 @@ def _stationarity_reasons(trace: Tensor, name: str, limits: HealthThresholds) ->
         reasons.append(Reason(
             "separate_modes", "failed",
             f"{int(apart.sum())} of {chains} chains sit in separate modes: their mean {name} differs from the "
-            f"median chain's by more than {limits.mode_sd:g} within-chain standard deviations",
-            "the chains do not mix between modes, so the averaged predictive reflects where they started: try "
-            "a smaller network or stronger prior, a cyclical step size, tempering, or many more chains",
+            f"median chain's by more than {limits.mode_sd:g} within-chain standard deviations "
+            f"(median {np.median(means):.4g}; {_mode_groups(means, apart)})" + _stacking_line(stacking),
+            "the chains do not mix between modes, so the averaged predictive reflects where they started: weigh "
+            "them by how well they predict (lit_bayes.callbacks.ChainStacking in trainer.callbacks: "
+            "test/stacked/* beside the equal weights), explore between modes with cyclical SG-MCMC "
+            "(model.init_args.schedule: cyclical, schedule_options: {cycle_length, exploration}), run many more "
+            "chains (model.init_args.num_chains), or use a smaller network (model.init_args.model) or a "
+            "stronger prior (model.init_args.prior)",
         ))
     return reasons
 
@@ -314,3 +331,39 @@ def _acceptance_reasons(rates: dict[str, float], limits: HealthThresholds) -> li
         "it is near 1 (or turn on adaptation)",
     )]
 
+
+def _map_reasons(nlpd: float, map_nlpd: float) -> list[Reason]:
+    if not nlpd > map_nlpd:
+        return []
+    return [Reason(
+        "worse_than_map", "warning",
+        f"the posterior predictive's validation NLPD {nlpd:.4f} is above the MAP estimate's {map_nlpd:.4f} "
+        "(the same network, likelihood and prior)",
+        "the prior is the usual cause: learn its scales (model.init_args.prior: {class_path: "
+        "lit_bayes.LearnedScalePrior}) or scale it by fan-in (model.init_args.prior.init_args.fan_in_scaled: "
+        "true); standardise pixel-like inputs with one scale (data.init_args.standardize: global) so rarely "
+        "active inputs do not get large values; a cold posterior (model.init_args.temperature below 1) is a model choice: report "
+        "the T = 1 figures beside it",
+    )]
+
+
+#: chains named one by one in the separate_modes message
+LISTED_CHAINS = 8
+
+
+def _mode_groups(means: np.ndarray, apart: np.ndarray) -> str:
+    """The chains apart from the median, with their mean held-out density, the furthest first."""
+    order = [int(k) for k in np.argsort(-np.abs(means - np.median(means))) if apart[k]]
+    listed = ", ".join(f"chain {k}: {means[k]:.4g}" for k in order[:LISTED_CHAINS])
+    return listed + (f" and {len(order) - LISTED_CHAINS} more" if len(order) > LISTED_CHAINS else "")
+
+
+def _stacking_line(stacking: dict | None) -> str:
+    """What chain stacking made of the chains: the heaviest weights and the validation NLPD it moves."""
+    if not stacking:
+        return ""
+    weights = np.asarray(stacking["weights"])
+    top = np.argsort(-weights)[:4]
+    listed = ", ".join(f"chain {int(k)}: {weights[k]:.3f}" for k in top)
+    return (f"; stacking on the validation split weighs {listed} and moves the validation NLPD from "
+            f"{stacking['val_nlpd_equal']:.4f} (equal weights) to {stacking['val_nlpd_stacked']:.4f}")

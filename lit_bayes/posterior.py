@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from lit_bayes.logspace import logsumexp, logsumexp_units
 from lit_bayes.unchanged import DerivedFrom
-from lit_bayes.validation import check_int, check_optional_int, check_positive
+from lit_bayes.validation import check_bool, check_int, check_optional_int, check_positive
 
 __all__ = [
     "Bernoulli",
@@ -344,6 +344,14 @@ class Prior(nn.Module):
     vector block by block (FNBG's block targets), follow from them.
     """
 
+    #: whether :meth:`bind` must be given the sampled parameters' shapes before the prior is used
+    binds_shapes = False
+
+    def bind(self, shapes: Mapping[str, Sequence[int]], num_chains: int) -> None:
+        """Learn the shapes of one chain's sampled parameters (by name) and the number of chains: called by
+        the sampler that owns the prior when :attr:`binds_shapes` is set (priors whose density depends on a
+        parameter's shape, or that keep per-chain state)."""
+
     def log_density(self, values: Tensor, name: str) -> Tensor:
         """log p of every element of ``values`` (any shape), which belong to parameter ``name``."""
         raise NotImplementedError
@@ -447,13 +455,23 @@ class GaussianPrior(Prior):
     ``"*.bias"``) to a variance; the first matching pattern wins, others get ``variance``.
     An infinite variance (``.inf`` in YAML) is a flat, improper prior: that group adds nothing
     to log p(theta) (e.g. the deterministic psi of a partial BNN under MAP) and cannot be sampled.
+
+    ``fan_in_scaled=True`` makes it a layer-scaled prior: every weight's variance (the default or its
+    group's, c) is divided by its fan-in, the product of its dimensions after the first (``in_features`` of
+    a linear layer, ``in_channels * kh * kw`` of a convolution), so that a unit's pre-activation has prior
+    variance c times its inputs' mean square whatever the layer's width (Neal 1996, sec. 2.2; the scaling
+    of LeCun and He initialisations); vectors and scalars (biases, a noise scale) keep c. The sampler that
+    owns the prior tells it the shapes (:meth:`bind`).
     The log-density includes its normalising constant, so evidence estimates are exact:
 
         log p(theta) = sum_j [ -theta_j^2 / (2 v_j) - log(2 pi v_j) / 2 ].
     """
 
-    def __init__(self, variance: float = 1.0, group_variances: Mapping[str, float] | None = None) -> None:
+    def __init__(self, variance: float = 1.0, group_variances: Mapping[str, float] | None = None,
+                 fan_in_scaled: bool = False) -> None:
         super().__init__()
+        self.binds_shapes = check_bool("fan_in_scaled", fan_in_scaled)
+        self.fan_ins: dict[str, int] = {}
         check_positive("variance", variance)
         for pattern, v in (group_variances or {}).items():
             if not v > 0:
@@ -461,12 +479,21 @@ class GaussianPrior(Prior):
         self.variance = float(variance)
         self.group_variances = dict(group_variances or {})
 
+    def bind(self, shapes: Mapping[str, Sequence[int]], num_chains: int) -> None:
+        """Keep every parameter's fan-in (``fan_in_scaled``): its dimensions after the first multiplied, 1 for
+        a vector or a scalar."""
+        self.fan_ins = {name: math.prod(shape[1:]) if len(shape) > 1 else 1 for name, shape in shapes.items()}
+
     def variance_of(self, name: str) -> float:
         """Prior variance of the parameter called ``name``."""
-        for pattern, v in self.group_variances.items():
-            if fnmatch.fnmatchcase(name, pattern):
-                return float(v)
-        return self.variance
+        variance = next((float(v) for pattern, v in self.group_variances.items() if fnmatch.fnmatchcase(name, pattern)),
+                        self.variance)
+        if not self.binds_shapes:
+            return variance
+        if name not in self.fan_ins:
+            raise ValueError(f"GaussianPrior(fan_in_scaled=True) does not know the shape of {name!r}: it learns the "
+                             "shapes from the sampler it is given to (bind)")
+        return variance / self.fan_ins[name]
 
     def log_density(self, values: Tensor, name: str) -> Tensor:
         v = self.variance_of(name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from lit_bayes.validation import check_float, check_int, check_positive
+from lit_bayes.validation import check_float, check_int, check_interval, check_positive
 
 __all__ = ["StepSizeSchedule", "exponential_decay"]
 
@@ -17,7 +17,9 @@ class StepSizeSchedule:
       (Welling & Teh 2011: eps_t = a (b + t)^-gamma with a = step_size b^gamma, b = decay_steps;
       decay_power in (0.5, 1] satisfies their conditions sum eps = inf, sum eps^2 < inf).
     - ``"cyclical"``: cosine cycles of Zhang et al. (2020, Eq. 1),
-      eps_t = step_size / 2 * (cos(pi * (t mod L) / L) + 1), L = cycle_length.
+      eps_t = step_size / 2 * (cos(pi * (t mod L) / L) + 1), L = cycle_length. The first
+      ``exploration`` share of every cycle (beta of their Alg. 1; 0 by default) is its exploration
+      stage (:meth:`explores`): the sampler's steps add no noise there and keep no draws.
     """
 
     def __init__(
@@ -27,6 +29,7 @@ class StepSizeSchedule:
         decay_steps: float = 1000.0,
         decay_power: float = 0.55,
         cycle_length: int = 1000,
+        exploration: float = 0.0,
     ) -> None:
         check_positive("step_size", step_size)
         if kind not in ("constant", "polynomial", "cyclical"):
@@ -34,11 +37,19 @@ class StepSizeSchedule:
         check_positive("decay_steps", decay_steps)
         check_float("decay_power", decay_power, minimum=0.0)
         check_int("cycle_length", cycle_length, 1)
+        check_interval("exploration", exploration, 0.0, 1.0, low_closed=True)
+        if exploration and kind != "cyclical":
+            raise ValueError(f"exploration is a share of each cycle of schedule='cyclical', got schedule={kind!r}")
         self.step_size = float(step_size)
         self.kind = kind
         self.decay_steps = float(decay_steps)
         self.decay_power = float(decay_power)
         self.cycle_length = cycle_length
+        self.exploration = float(exploration)
+
+    def explores(self, t: int) -> bool:
+        """Whether step t lies in a cycle's exploration stage (its first ``exploration`` share)."""
+        return self.exploration > 0 and (t % self.cycle_length) / self.cycle_length < self.exploration
 
     def __call__(self, t: int) -> float:
         if self.kind == "polynomial":

@@ -13,7 +13,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from lit_bayes import HMC, MALA, MAP, OHSMC, SGMCMC, SGSMC, Gaussian, GaussianPrior, MeanFieldVB, SWAG
+from lit_bayes import HMC, MALA, MAP, OHSMC, SGMCMC, SGSMC, Gaussian, GaussianPrior, LearnedScalePrior, MeanFieldVB, SWAG
 from lit_bayes.callbacks import PosteriorSamples
 from lit_bayes.data import SyntheticRegression
 from lit_bayes.models import MLP, PartialMLP
@@ -43,6 +43,9 @@ def make_sampler(kind: str):
     common = dict(num_chains=3, seed=5)
     if kind in ("sgld", "psgld", "sghmc"):
         return SGMCMC(net, lik, prior, stepper=kind, step_size=1e-3, burn_in=2, thinning=2, **common)
+    if kind == "sghmc_learned_map":  # learned prior scales (their own random stream), chains started at MAP fits
+        return SGMCMC(net, lik, LearnedScalePrior(2.0, 2.0), stepper="sghmc", step_size=1e-3, burn_in=2, thinning=2,
+                      init="map", init_options={"steps": 20, "batch_size": 16}, **common)
     if kind == "map":
         return MAP(net, lik, prior, optimizer="adam", lr=1e-2, **common)
     if kind == "swag":

@@ -219,7 +219,7 @@ def test_schedule_rejects_unknown_option_name():
         ("num_chains", True, "num_chains must be an integer >= 1, got True"),
         ("burn_in", -1, "burn_in must be an integer >= 0, got -1"),
         ("thinning", 0, "thinning must be an integer >= 1, got 0"),
-        ("init", "zeros", "init must be 'module', 'prior' or 'template', got 'zeros'"),
+        ("init", "zeros", "init must be one of 'module', 'prior', 'template', 'map', got 'zeros'"),
         ("stepper", "hmc", r"stepper must be one of \['psgld', 'sghmc', 'sgld'\], got 'hmc'"),
     ],
 )

@@ -1,11 +1,11 @@
 """One energy layer: outside :mod:`lit_bayes.posterior` (and the noisy network's joint,
-:mod:`lit_bayes.noisy_energy`) no module of the library scales a likelihood by N/B, divides by the
+:mod:`lit_bayes.noisy_energy`, and the learned prior scales, :mod:`lit_bayes.prior_scales`) no module of the library scales a likelihood by N/B, divides by the
 temperature or writes a Gaussian log density by hand; each exception below is named with its reason."""
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENERGY_LAYER = {"lit_bayes/posterior.py", "lit_bayes/noisy_energy.py"}
+ENERGY_LAYER = {"lit_bayes/posterior.py", "lit_bayes/noisy_energy.py", "lit_bayes/prior_scales.py"}
 PATTERNS = {
     "temperature": re.compile(r"[/*]\s*[\w.]*temperature\b|\btemperature\s*[/*]"),
     "likelihood scale": re.compile(r"num_data\s*/|/\s*\w*batch_size\b"),

@@ -14,7 +14,7 @@ from tests.resume_runs import fit
 ROOT = Path(__file__).resolve().parents[1]
 
 
-SAMPLERS = ("sgld", "psgld", "sghmc", "hmc", "mala", "ohsmc", "sgsmc")
+SAMPLERS = ("sgld", "psgld", "sghmc", "sghmc_learned_map", "hmc", "mala", "ohsmc", "sgsmc")
 CASES = [(s, "memory") for s in SAMPLERS] + [("sghmc", "disk"), ("sgld", "disk")]
 
 
@@ -27,6 +27,8 @@ def test_resumed_chain_equals_uninterrupted_chain(sampler, store, tmp_path):
     assert torch.equal(full.chains.flat(), resumed.chains.flat())
     assert torch.equal(full_samples.trace(), resumed_samples.trace())
     assert full_samples.trace().shape[1] == (24 - 2) // 2
+    if sampler == "sghmc_learned_map":  # also the learned prior precisions
+        assert torch.equal(full.prior.precisions, resumed.prior.precisions)
     if sampler in ("ohsmc", "sgsmc"):  # also the trained psi, the particle weights and the evidence
         for name, value in full.state_dict().items():
             assert torch.equal(value, resumed.state_dict()[name]), name

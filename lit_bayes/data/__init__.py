@@ -1,6 +1,7 @@
 """LightningDataModules for the papers' data sets (see :mod:`lit_bayes.data.base` for the shared contract)."""
 from .arrays import ArrayDataModule
 from .base import BayesDataModule, EpochBatchSampler, IndexedTensors
+from .bundled import ScikitLearnData
 from .crescent import CrescentData
 from .images import TorchvisionImages
 from .ood import FarAwayPoints
@@ -22,6 +23,7 @@ __all__ = [
     "LinearRegression",
     "NoisyXOR",
     "RandomFeatureRegression",
+    "ScikitLearnData",
     "SyntheticRegression",
     "TabularCSV",
     "TeacherStudent",

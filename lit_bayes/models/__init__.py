@@ -8,5 +8,6 @@ from lit_bayes.models.partial_bnn import PartialBNN, PartialMLP
 from lit_bayes.models.partial_convnet import PartialConvNet
 from lit_bayes.models.partial_from_run import PartialFromRun
 from lit_bayes.models.resnet import FrozenBatchNorm2d, ResNet20
+from lit_bayes.models.small_cnn import SmallCNN
 
-__all__ = ["Crescent", "FrozenBatchNorm2d", "MLP", "MultinomialProbit", "NoisyCNN", "NoisyMLP", "PartialBNN", "PartialConvNet", "PartialFromRun", "PartialMLP", "ResNet20", "TanhGELU"]
+__all__ = ["Crescent", "FrozenBatchNorm2d", "MLP", "MultinomialProbit", "NoisyCNN", "NoisyMLP", "PartialBNN", "PartialConvNet", "PartialFromRun", "PartialMLP", "ResNet20", "SmallCNN", "TanhGELU"]

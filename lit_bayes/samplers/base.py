@@ -23,14 +23,19 @@ from torch import Tensor, nn
 from lit_bayes.chains import ChainState, stacked_call
 from lit_bayes.cuda_probe import restore_nvml_probe, skip_nvml_probe_without_driver
 from lit_bayes.linear_stack import StackedLinear
+from lit_bayes.map_fit import MapFit, fit_map
 from lit_bayes.models.mlp import MLP
 from lit_bayes.posterior import GaussianPrior, Likelihood, Posterior, Prior
 from lit_bayes.predictive import Predictive, marginal_predictive, posterior_samples, uniform_log_weights
+from lit_bayes.prior_scales import LearnedScalePrior
 from lit_bayes.strategy import release_process_group_at_exit
 from lit_bayes.unchanged import DerivedFrom
 from lit_bayes.validation import check_int, check_interval, check_optional_int
 
-__all__ = ["SamplerModule"]
+__all__ = ["SamplerModule", "module_draws"]
+
+#: the starts of :class:`SamplerModule`'s ``init``
+INITS = ("module", "prior", "template", "map")
 
 # SamplerModule overrides Lightning's transfer hook on purpose (its full-batch cache); Lightning's note that a
 # DataModule passed to fit therefore has its hook unused (the library's have none) is no news to a user
@@ -93,6 +98,22 @@ def _expected_input(model: nn.Module) -> str:
     return "another input shape"
 
 
+def module_draws(model: nn.Module, num: int, generator: torch.Generator) -> dict[str, Tensor]:
+    """``num`` re-initialisations of ``model``'s parameters by its layers' own ``reset_parameters``, stacked
+    ``(num, ...)`` by the model's parameter names; each from torch's global generator seeded by one draw of
+    ``generator`` inside a forked RNG state (the caller's is untouched). The model is not changed."""
+    draws = []
+    for _ in range(num):
+        net = copy.deepcopy(model)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
+            for module in net.modules():
+                if hasattr(module, "reset_parameters"):
+                    module.reset_parameters()
+        draws.append(dict(net.named_parameters()))
+    return {n: torch.stack([d[n].detach() for d in draws]) for n in draws[0]}
+
+
 def restore_generator(gen: torch.Generator, state: Tensor, stream: str) -> None:
     """Set ``gen`` to a checkpointed ``state``. A state from another kind of generator (a CUDA
     run resumed on the CPU, or the reverse) cannot be set: the stream then goes on from a seed
@@ -124,6 +145,7 @@ class SamplerModule(L.LightningModule):
     ``keeps_draws`` (class attribute): whether the states after burn-in are posterior draws
     that a sample-keeping callback collects and predictions average over (False for MAP,
     whose predictions use the current parameters).
+    ``updates_prior_scales`` (class attribute): see :meth:`update_prior_scales`.
 
     Args:
         model: any ``nn.Module`` mapping inputs to likelihood outputs (logits, means).
@@ -142,18 +164,28 @@ class SamplerModule(L.LightningModule):
             when fit starts; fewer when fewer steps follow the burn-in).
         seed: root seed of the sampler's generators (combined with the process rank).
         init: ``"module"`` (each chain re-initialised by the modules' ``reset_parameters``),
-            ``"prior"`` (a prior draw) or ``"template"`` (every chain starts at ``model``'s
-            current parameters, e.g. a MAP estimate).
+            ``"prior"`` (a prior draw), ``"template"`` (every chain starts at ``model``'s
+            current parameters, e.g. a MAP estimate) or ``"map"`` (each chain starts at its own MAP
+            fit of this posterior, begun at its own prior draw: :mod:`lit_bayes.map_fit`; run on the
+            training data when fit starts, before the first step, and not again on a resume).
+        init_options: with ``init="map"``: the fit's ``steps`` (1000), ``lr`` (0.01) and ``batch_size``
+            (1024; ``None``: full batch) (:class:`lit_bayes.map_fit.MapFit`).
         vectorize: evaluate chains with ``torch.func.vmap`` (default) or a reference loop.
     """
 
     predict_with_current_state = False
     independent_chains = True
     keeps_draws = True
+    #: whether every transition also draws the precisions of a :class:`~lit_bayes.prior_scales.LearnedScalePrior`
+    #: (:meth:`update_prior_scales`); samplers without it refuse that prior
+    updates_prior_scales = False
     #: the random streams, each seeded apart from the others (:meth:`stream_generator`): the
     #: chains' initial states, the stepper's moves, initial latents, structure masks/buffer draws,
-    #: the fixed draws of a fitted distribution's predictions (:meth:`fixed_standard_normals`)
-    STREAMS = {"init": 0, "stepper": 1, "latents": 2, "structure": 3, "predictive": 4}
+    #: the fixed draws of a fitted distribution's predictions (:meth:`fixed_standard_normals`), the
+    #: minibatches of ``init="map"``'s fits, the Gibbs draws of learned prior scales
+    #: (:meth:`update_prior_scales`), the baselines' starts and minibatches (``MAPBaseline``)
+    STREAMS = {"init": 0, "stepper": 1, "latents": 2, "structure": 3, "predictive": 4, "map_init": 5,
+               "prior_scales": 6, "baselines": 7}
 
     def __init__(
         self,
@@ -167,9 +199,10 @@ class SamplerModule(L.LightningModule):
         burn_in: int | float = 0,
         thinning: int = 1,
         seed: int = 0,
-        init: Literal["module", "prior", "template"] = "module",
+        init: Literal["module", "prior", "template", "map"] = "module",
         vectorize: bool = True,
         num_draws: int | None = None,
+        init_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
@@ -182,8 +215,11 @@ class SamplerModule(L.LightningModule):
         check_optional_int("num_draws", num_draws, 1)
         if num_draws is not None and thinning != 1:
             raise ValueError(f"give thinning or num_draws, not both (got thinning={thinning}, num_draws={num_draws})")
-        if init not in ("module", "prior", "template"):
-            raise ValueError(f"init must be 'module', 'prior' or 'template', got {init!r}")
+        if init not in INITS:
+            raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
+        if init_options is not None and init != "map":
+            raise ValueError(f"init_options are the options of init='map', got init={init!r}")
+        self.map_init = MapFit.of(init_options)
         self.save_hyperparameters(ignore=["model", "likelihood", "prior"])
         # model and likelihood are templates evaluated with each chain's parameters
         # (functional_call); their own parameters are never trained
@@ -191,6 +227,11 @@ class SamplerModule(L.LightningModule):
         self.likelihood = likelihood.requires_grad_(False)
         self.prior = prior if prior is not None else GaussianPrior(1.0)
         self.posterior = Posterior(likelihood, self.prior, num_data, temperature, minibatch_scaling)
+        if isinstance(self.prior, LearnedScalePrior) and not self.updates_prior_scales:
+            raise ValueError(f"{type(self).__name__} does not sample learned prior scales (LearnedScalePrior): use "
+                             "SGMCMC or StructuredSGMCMC, or a fixed prior (GaussianPrior, fan_in_scaled=True)")
+        if self.prior.binds_shapes:
+            self.prior.bind({n: tuple(p.shape) for n, p in self.template_parameters().items()}, num_chains)
         self.num_chains = num_chains
         self.burn_in_setting = burn_in
         self.num_draws = num_draws
@@ -214,6 +255,7 @@ class SamplerModule(L.LightningModule):
         # a training batch that comes back unmodified (a full batch): its device copy, and its checks passed
         self._device_batch: DerivedFrom[tuple[Tensor, ...]] = DerivedFrom()
         self._checked_batch: DerivedFrom[bool] = DerivedFrom()
+        self._started_at_map = False  # init="map": the chains were moved to their MAP fits (once per module)
 
     # ------------------------------------------------------------------ state
     def template_parameters(self) -> dict[str, Tensor]:
@@ -250,18 +292,10 @@ class SamplerModule(L.LightningModule):
                  for n, p in self.template_parameters().items()}
         if self.init == "template":
             return state
-        if self.init == "prior":
+        if self.init in ("prior", "map"):  # "map": the fit's starting points (start_chains_at_map)
             return self.prior.sample(state, generator)
-        draws = []  # "module": each chain re-initialised by the layers' own reset_parameters
-        for _ in range(self.num_chains):
-            net = copy.deepcopy(self.model)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
-                for module in net.modules():
-                    if hasattr(module, "reset_parameters"):
-                        module.reset_parameters()
-            draws.append(dict(net.named_parameters()))
-        state.update({f"net.{n}": torch.stack([d[n].detach() for d in draws]) for n in draws[0] if f"net.{n}" in state})
+        draws = module_draws(self.model, self.num_chains, generator)  # "module"
+        state.update({f"net.{n}": p for n, p in draws.items() if f"net.{n}" in state})
         return state
 
     def setup(self, stage: str) -> None:
@@ -318,9 +352,46 @@ class SamplerModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self.resolve_sampling()
+        if self.init == "map" and not self._started_at_map and self.trainer.ckpt_path is None:
+            self.start_chains_at_map()
         note = self.batch_target_note()
         if note is not None:
             rank_zero_warn(note)
+
+    def start_chains_at_map(self) -> None:
+        """``init="map"``: move every chain, in place, from its prior draw to the MAP fit begun there
+        (:func:`lit_bayes.map_fit.fit_map` on the DataModule's ``train_data``, on the module's device), before
+        the first step. The stepper's references to the chain parameters stay valid."""
+        data = getattr(getattr(self.trainer, "datamodule", None), "train_data", None)
+        if data is None:
+            raise ValueError("init='map' needs a DataModule with train_data (every lit_bayes DataModule has it)")
+        x, y = (t.to(self.device) for t in data.tensors[:2])
+        fitted = fit_map(self, self.chains.as_dict(), x, y, self.map_init,
+                         generator=self.stream_generator("map_init", torch.device("cpu")))
+        with torch.no_grad():
+            for name, p in self.chains.as_dict().items():
+                p.copy_(fitted[name])
+        self._started_at_map = True
+
+    def update_prior_scales(self) -> None:
+        """After the chains moved: the Gibbs draw of a :class:`~lit_bayes.prior_scales.LearnedScalePrior`'s
+        precisions given every chain's new parameters (Neal 1996), from the checkpointed ``"prior_scales"``
+        stream; nothing for a fixed prior. Samplers that set :attr:`updates_prior_scales` call it once per
+        transition."""
+        if not isinstance(self.prior, LearnedScalePrior):
+            return
+        generator = self.generators.get("prior_scales") or self.make_generator("prior_scales")
+        self.prior.gibbs_update(self.chains.as_dict(), generator, self.posterior.temperature)
+
+    def prior_scale_metrics(self) -> dict[str, Tensor]:
+        """``prior/variance/<group>``: each learned prior scale's variance 1 / lambda, the mean over chains
+        (empty for a fixed prior), for the training logs."""
+        if not isinstance(self.prior, LearnedScalePrior):
+            return {}
+        variances = (1.0 / self.prior.precisions).mean(0)
+        if self.prior.per_element:  # one mean over each parameter's weights
+            return {f"prior/variance/{name}": variances[columns].mean() for name, columns in self.prior.columns.items()}
+        return {f"prior/variance/{group}": variances[g] for g, group in enumerate(self.prior.group_names)}
 
     def batch_target_note(self) -> str | None:
         """What the chains target under ``minibatch_scaling="sum"`` on training batches smaller than the

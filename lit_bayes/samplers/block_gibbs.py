@@ -103,14 +103,15 @@ class BlockGibbs(SamplerModule):
         burn_in: int | float = 0,
         thinning: int = 1,
         seed: int = 0,
-        init: Literal["module", "prior", "template"] = "prior",
+        init: Literal["module", "prior", "template", "map"] = "prior",
         vectorize: bool = True,
         num_draws: int | None = None,
+        init_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             model=model, likelihood=likelihood, prior=prior, num_data=num_data, temperature=temperature,
             minibatch_scaling=minibatch_scaling, num_chains=num_chains, burn_in=burn_in, thinning=thinning,
-            seed=seed, init=init, vectorize=vectorize, num_draws=num_draws,
+            seed=seed, init=init, vectorize=vectorize, num_draws=num_draws, init_options=init_options,
         )
         if list(likelihood.parameters()):
             raise ValueError(

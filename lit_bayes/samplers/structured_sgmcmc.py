@@ -99,7 +99,7 @@ class StructuredSGMCMC(SGMCMC):
         burn_in: int | float = 0,
         thinning: int = 1,
         seed: int = 0,
-        init: Literal["module", "prior", "template"] = "module",
+        init: Literal["module", "prior", "template", "map"] = "module",
         vectorize: bool = True,
         partition: Literal["layer", "node", "modulo", "random", "fully_factorised", "user"] = "fully_factorised",
         num_groups: int | None = None,
@@ -112,13 +112,14 @@ class StructuredSGMCMC(SGMCMC):
         buffer_start: int | None = None,
         buffer_init: Literal["initial", "warm_start"] = "initial",
         num_draws: int | None = None,
+        init_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             model=model, likelihood=likelihood, prior=prior, stepper=stepper, step_size=step_size,
             schedule=schedule, schedule_options=schedule_options, stepper_options=stepper_options,
             num_data=num_data, temperature=temperature, minibatch_scaling=minibatch_scaling,
             num_chains=num_chains, burn_in=burn_in, thinning=thinning, seed=seed, init=init,
-            vectorize=vectorize, num_draws=num_draws,
+            vectorize=vectorize, num_draws=num_draws, init_options=init_options,
         )
         if mode not in ("structured", "dropout"):
             raise ValueError(f"mode must be 'structured' (S-SGMCMC) or 'dropout' (S_d-SGMCMC), got {mode!r}")

@@ -48,6 +48,12 @@ class NoisyStepper(Optimizer):
         """Move the parameters of ``group`` given their gradients (the update rule)."""
         raise NotImplementedError
 
+    @staticmethod
+    def injects_noise(group: dict) -> bool:
+        """Whether a step of ``group`` adds its noise: not while ``group["noise"]`` is False, the exploration
+        stage of cyclical SG-MCMC (Zhang et al. 2020, Alg. 1), where the step is the optimiser's alone."""
+        return group.get("noise", True)
+
     def noise_like(self, p: Tensor) -> Tensor:
         """Standard normal noise shaped like ``p``, from this stepper's generator."""
         return torch.randn(p.shape, generator=self.generator, device=p.device, dtype=p.dtype)

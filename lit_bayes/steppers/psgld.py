@@ -71,4 +71,5 @@ class PSGLD(NoisyStepper):
             updates = int(state["step"]) if adapt is None else min(int(state["step"]), adapt)
             precond = 1.0 / (lam + (v / (1.0 - alpha**updates)).sqrt())
             p.addcmul_(precond, p.grad, value=-0.5 * eps)
-            p.add_(self.noise_like(p) * (eps * precond).sqrt())
+            if self.injects_noise(group):
+                p.add_(self.noise_like(p) * (eps * precond).sqrt())

@@ -51,5 +51,7 @@ class SGHMC(NoisyStepper):
             if "momentum" not in state:
                 state["momentum"] = torch.zeros_like(p)
             m = state["momentum"]
-            m.mul_(1.0 - gamma * eps).add_(p.grad, alpha=-eps).add_(self.noise_like(p), alpha=noise_std)
+            m.mul_(1.0 - gamma * eps).add_(p.grad, alpha=-eps)
+            if self.injects_noise(group):
+                m.add_(self.noise_like(p), alpha=noise_std)
             p.add_(m, alpha=eps)

@@ -23,4 +23,6 @@ class SGLD(NoisyStepper):
     def update_group(self, group: dict) -> None:
         eps = group["lr"]
         for p in self.params_with_grad(group):
-            p.add_(p.grad, alpha=-0.5 * eps).add_(self.noise_like(p), alpha=eps**0.5)
+            p.add_(p.grad, alpha=-0.5 * eps)
+            if self.injects_noise(group):
+                p.add_(self.noise_like(p), alpha=eps**0.5)
