@@ -3,8 +3,8 @@
 :func:`fit_map` minimises U(theta) / N (the energy of :mod:`lit_bayes.posterior`, so the same
 likelihood, prior, temperature and scaling) with Adam. It serves both the MAP baseline
 (:class:`lit_bayes.callbacks.MAPBaseline`) and ``init="map"``, where each chain starts at its own MAP
-fit begun from its own prior draw: chains then begin near modes instead of in the prior's saturated
-regions, the start that deep ensembles and "MAP then sample" schemes use (e.g. Izmailov et al. 2021).
+fit begun from its own prior draw: chains then begin near modes of the posterior instead of in the
+prior's saturated regions, as the members of a deep ensemble (Lakshminarayanan et al. 2017) end.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ __all__ = ["MapFit", "fit_map"]
 
 @dataclass(frozen=True)
 class MapFit:
-    """How :func:`fit_map` optimises: ``steps`` Adam steps at learning rate ``lr`` on minibatches of
-    ``batch_size`` points drawn with replacement of batches (each step a fresh random subset), or on the
-    full training set when ``batch_size`` is ``None`` or not below the number of points."""
+    """How :func:`fit_map` optimises: ``steps`` Adam steps at learning rate ``lr``, each on a fresh random
+    subset of ``batch_size`` training points, or on the full training set when ``batch_size`` is ``None`` or
+    not below the number of points."""
 
     steps: int = 1000
     lr: float = 1e-2

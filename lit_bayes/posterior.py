@@ -459,8 +459,9 @@ class GaussianPrior(Prior):
     ``fan_in_scaled=True`` makes it a layer-scaled prior: every weight's variance (the default or its
     group's, c) is divided by its fan-in, the product of its dimensions after the first (``in_features`` of
     a linear layer, ``in_channels * kh * kw`` of a convolution), so that a unit's pre-activation has prior
-    variance c times its inputs' mean square whatever the layer's width (Neal 1996, sec. 2.2; the scaling
-    of LeCun and He initialisations); vectors and scalars (biases, a noise scale) keep c. The sampler that
+    variance c times its inputs' mean square whatever the layer's width (the scaling under which Neal 1996,
+    ch. 2, takes networks to their infinitely wide limit, and of LeCun and He initialisations); vectors
+    and scalars (biases, a noise scale) keep c. The sampler that
     owns the prior tells it the shapes (:meth:`bind`).
     The log-density includes its normalising constant, so evidence estimates are exact:
 

@@ -1,6 +1,6 @@
 """Learned prior scales: Gaussian weights whose per-group precisions carry Gamma hyperpriors.
 
-Neal (1996, *Bayesian Learning for Neural Networks*, ch. 3.2 and 4.1) gives each group of weights
+Neal (1996, *Bayesian Learning for Neural Networks*) gives each group of weights
 (a layer's weights, its biases) a common precision lambda_g with a Gamma hyperprior and alternates
 updates of the weights with Gibbs draws of the precisions from their conjugate conditional. For the
 tempered target exp(-U / T) with
