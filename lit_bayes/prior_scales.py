@@ -77,8 +77,10 @@ class LearnedScalePrior(Prior):
     per element), saved in checkpoints.
 
     ``forward`` is the joint log density log p(theta | lambda) + log p(lambda) of each chain, with that chain's
-    precisions; for parameter sets that are not the chains (a MAP fit of one set, :class:`MAPBaseline`) it
-    uses the chains' mean precision per group, an empirical-Bayes plug-in.
+    precisions. Parameter sets are told apart by their number only: a stack of as many sets as chains takes
+    the chains' precisions row by row (so a deep ensemble with as many members as chains pairs member k with
+    chain k's precisions); any other number of sets (a MAP fit of one set, :class:`MAPBaseline`) takes the
+    chains' mean precision per group, an empirical-Bayes plug-in.
 
     Args:
         shape: a > 0 of the Gamma hyperprior on each precision.
