@@ -58,8 +58,15 @@ class PosteriorSamples(Callback):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Refuse, before the first step, a memory store that would outgrow ``max_bytes``
-        (the chains exist only once the module's own ``setup`` has run)."""
+        (the chains exist only once the module's own ``setup`` has run), or that would keep fewer draws per
+        chain than the sampler's ``num_draws`` asks for."""
         if self.mode == "memory":
+            asked = getattr(pl_module, "num_draws", None)
+            if asked is not None and asked > self.store.max_draws:
+                raise ValueError(
+                    f"PosteriorSamples keeps at most max_draws={self.store.max_draws} draws per chain, but the sampler "
+                    f"asks for num_draws={asked}: raise max_draws (samples.max_draws in a config) or lower num_draws"
+                )
             chains, params = pl_module.chains.flat().shape
             need = self.store.max_draws * chains * params * 4
             if need > self.max_bytes:

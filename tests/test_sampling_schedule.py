@@ -89,3 +89,20 @@ def test_a_fraction_of_an_endless_run_is_refused(tmp_path):
         L.Trainer(max_epochs=-1, logger=False, enable_progress_bar=False, enable_model_summary=False,
                   limit_val_batches=0, default_root_dir=tmp_path).fit(
             sampler, datamodule=SyntheticRegression(num_train=40, num_val=10, num_test=10, batch_size=10))
+
+
+def test_more_draws_than_steps_after_the_burn_in_are_named(tmp_path):
+    """num_draws=30 after a burn-in of half of 40 steps: the 20 steps left are all kept, and a warning says so."""
+    with pytest.warns(UserWarning, match="num_draws=30 asks for more draws per chain than the 20 steps"):
+        _, samples, _ = fit(str(tmp_path), 10, num_draws=30)
+    assert samples.num_draws == 20
+
+
+def test_a_store_smaller_than_num_draws_is_refused_before_the_first_step(tmp_path):
+    sampler = SGMCMC(MLP([1, 8, 1], "tanh"), Gaussian(1.0), GaussianPrior(1.0), step_size=1e-3, burn_in=0.5,
+                     num_draws=20)
+    trainer = L.Trainer(max_epochs=10, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, callbacks=[PosteriorSamples(max_draws=10)], default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"max_draws=10 draws per chain, but the sampler asks for num_draws=20"):
+        trainer.fit(sampler, datamodule=SyntheticRegression(num_train=40, num_val=10, num_test=10, batch_size=10))
+    assert sampler.global_step == 0

@@ -322,7 +322,7 @@ class SamplerModule(L.LightningModule):
 
     def resolve_sampling(self) -> tuple[int, int]:
         """Fix ``burn_in`` and ``thinning`` in steps for this fit (:func:`sampling_steps` of the
-        Trainer's step count) and warn when no state will be kept. Called when fit starts, or
+        Trainer's step count) and warn when no state, or fewer than ``num_draws``, will be kept. Called when fit starts, or
         earlier by a sampler whose stepper needs the burn-in (call it from
         ``configure_optimizers`` or later: building the training loader before the checkpoint's
         DataModule state is restored would lose a resumed epoch's position)."""
@@ -342,6 +342,13 @@ class SamplerModule(L.LightningModule):
             self._total_steps = total
             self.burn_in, self.thinning = sampling_steps(total, self.burn_in_setting, self.thinning, self.num_draws)
             self._sampling_resolved = True
+            after = total - self.burn_in  # the burn-in as set whenever fewer steps than num_draws follow it
+            if self.num_draws is not None and 0 < after < self.num_draws:
+                rank_zero_warn(
+                    f"num_draws={self.num_draws} asks for more draws per chain than the {after} steps after the "
+                    f"burn-in: every one of them is kept, {after} draws. Run longer (max_epochs / max_steps) or "
+                    "lower num_draws or burn_in."
+                )
             if self.burn_in >= total:
                 rank_zero_warn(
                     f"burn_in={self.burn_in} is not below the {total} steps this run takes (per process): no "
