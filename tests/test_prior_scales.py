@@ -130,6 +130,7 @@ def test_sgld_with_gibbs_precisions_samples_the_joint_posterior(tmp_path):
     trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, callbacks=[trace], default_root_dir=tmp_path)
     trainer.fit(sampler, datamodule=data)
+    assert "prior/variance/all" in trainer.callback_metrics  # the learned scale is logged on logged steps
     lam_trace = torch.stack(trace.rows[0::2], 1)  # (chains, draws)
     theta_trace = torch.stack(trace.rows[1::2], 1)  # (chains, draws, [w1, w2, w3, b])
     lam_mean, mean, cov = exact_joint(*data.train_data.tensors, a, b)

@@ -610,12 +610,13 @@ class SamplerModule(L.LightningModule):
         (every ``log_every_n_steps``) and the last steps of the run only: Lightning's bookkeeping of
         one ``log`` call costs about as much as a step of a small network, and values logged in
         between are never written. The last steps give ``summary.json`` the final values. The
-        names in ``prog_bar`` are also shown in the progress bar."""
+        names in ``prog_bar`` are also shown in the progress bar. A learned prior's scales
+        (:meth:`prior_scale_metrics`) are added then, and computed on those steps only."""
         trainer = self._trainer
         final = self.global_step >= self._total_steps - 1
         if trainer is not None and not final and not trainer._logger_connector.should_update_logs:
             return
-        for name, value in values.items():
+        for name, value in {**values, **self.prior_scale_metrics()}.items():
             self.log(name, value, prog_bar=name in prog_bar, on_step=True, on_epoch=False)
 
     def check_energy(self, energy: Tensor) -> None:

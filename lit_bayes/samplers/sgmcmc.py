@@ -115,7 +115,7 @@ class SGMCMC(SamplerModule):
         phase = ((steps - 1) % self.schedule.cycle_length) / self.schedule.cycle_length
         steps = steps[phase >= self.schedule.exploration]
         if self.num_draws is None:
-            return steps[::-1][::self.thinning][::-1] if self.thinning > 1 else steps
+            return steps[::-1][::self.thinning][::-1]  # every thinning-th, counted back from the last
         if len(steps) <= self.num_draws:
             return steps
         return steps[np.linspace(0, len(steps) - 1, self.num_draws).round().astype(np.int64)]
@@ -149,6 +149,6 @@ class SGMCMC(SamplerModule):
         stepper.step()
         self.update_prior_scales()
         self.after_step(step)
-        self.log_train({"step_size": step_size, "train/energy": energy.detach().mean(), **self.prior_scale_metrics()},
+        self.log_train({"step_size": step_size, "train/energy": energy.detach().mean()},
                        prog_bar=("step_size", "train/energy"))
         return energy.detach()
