@@ -11,6 +11,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 
 from lit_bayes.diagnostics import min_draws, projection_directions, summarize
+from lit_bayes.health import CONFIG_TEMPERATURE
 from lit_bayes.validation import check_int
 
 __all__ = ["ChainDiagnostics"]
@@ -76,6 +77,9 @@ class ChainDiagnostics(Callback):
     burn-in, thinned) it appends, for each chain:
 
     - ``energy``: the training energy the step returned (``training_step``'s ``(chains,)`` output);
+    - ``config_temperature``: for a gradient sampler that measures it (its ``virial``, theta . grad E of the
+      step's state), that over the number of sampled parameters: its mean is 1 for exact draws of exp(-E)
+      (the configurational temperature; :class:`RunHealth` reads it to see a biased discretisation);
     - ``projection_0 ... projection_{k-1}``: the flat parameters projected on ``num_projections``
       fixed random unit directions (:func:`lit_bayes.diagnostics.random_projections` with ``seed``;
       drawn once);
@@ -187,6 +191,9 @@ class ChainDiagnostics(Callback):
         if energy is not None and energy.numel() == pl_module.num_chains:
             self._append("energy", energy)
         flat = pl_module.chains.flat()  # (chains, P)
+        virial = getattr(pl_module, "virial", None)  # theta . grad E of a gradient sampler's step
+        if virial is not None and virial.numel() == pl_module.num_chains:
+            self._append(CONFIG_TEMPERATURE, virial / flat.shape[1])
         if self._directions is None or self._directions.shape[0] != flat.shape[1]:
             directions = projection_directions(flat.shape[1], self.num_projections, self.seed)
             self._directions = directions.to(device=flat.device, dtype=flat.dtype)

@@ -10,6 +10,10 @@ A checkpoint is always at an epoch end, where a resumed run continues exactly
 (:mod:`lit_bayes.data.base`). Giving ``every_n_epochs``, ``every_n_train_steps`` or
 ``train_time_interval``, or a ``monitor`` (model selection must see every validation score),
 turns the throttle off: those follow Lightning's rules.
+
+A run stopped by SIGTERM (what a batch scheduler sends before it kills a job) writes ``last.ckpt`` at the
+step it reached, so ``--ckpt_path`` continues it from there; Lightning's loops raise ``SIGTERMException``
+after the step, which the ``lit-bayes`` command turns into exit code 143 (128 + SIGTERM).
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ import time
 from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_bayes.validation import check_optional_int, check_positive
 
@@ -31,13 +37,15 @@ class RunCheckpoint(ModelCheckpoint):
         min_steps: steps since the last write after which an epoch end writes; ``None``: no step trigger.
         min_seconds: seconds since the last write after which an epoch end writes; ``None``: no time
             trigger (with both ``None`` only the end of fit writes).
-        *args, **kwargs: those of ``ModelCheckpoint``.
+        *args, **kwargs: those of ``ModelCheckpoint``; ``enable_version_counter`` is False by default, so
+            ``last.ckpt`` is overwritten however the resumed run spells its directory.
     """
 
     def __init__(self, *args: Any, min_steps: int | None = 1000, min_seconds: float | None = 600.0,
                  **kwargs: Any) -> None:
         self.min_steps = check_optional_int("min_steps", min_steps, 1)
         self.min_seconds = None if min_seconds is None else check_positive("min_seconds", min_seconds)
+        kwargs.setdefault("enable_version_counter", False)  # last.ckpt is overwritten, never last-v1.ckpt beside it
         triggers = ("every_n_epochs", "every_n_train_steps", "train_time_interval")
         self.throttled = kwargs.get("monitor") is None and all(kwargs.get(name) in (None, 0) for name in triggers)
         super().__init__(*args, **kwargs)
@@ -63,6 +71,15 @@ class RunCheckpoint(ModelCheckpoint):
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or self.due(trainer):
             self._write_if_saved(trainer, lambda: super(RunCheckpoint, self).on_validation_end(trainer, pl_module))
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """On SIGTERM, the checkpoint of the step reached (``last.ckpt``), named in a warning."""
+        if not isinstance(exception, SIGTERMException) or not self.save_last:
+            return
+        if not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        rank_zero_warn(f"stopped by SIGTERM after step {trainer.global_step}: {self.last_model_path} continues the "
+                       f"run (--ckpt_path {self.last_model_path})")
 
     def on_train_end(self, trainer, pl_module) -> None:
         """The final checkpoint, unless the last epoch end wrote this very step. With a ``monitor``

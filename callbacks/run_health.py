@@ -52,10 +52,13 @@ class RunHealth(Callback):
         mode_sd: float = HealthThresholds.mode_sd,
         acceptance_band: tuple[float, float] = HealthThresholds.acceptance_band,
         divergence_sd: float = HealthThresholds.divergence_sd,
+        temperature_warn: float = HealthThresholds.temperature_warn,
+        temperature_fail: float = HealthThresholds.temperature_fail,
+        temperature_z: float = HealthThresholds.temperature_z,
         print_report: bool = True,
     ) -> None:
         self.thresholds = HealthThresholds(rhat_warn, rhat_fail, min_ess, trend_p, mode_sd, tuple(acceptance_band),
-                                           divergence_sd)
+                                           divergence_sd, temperature_warn, temperature_fail, temperature_z)
         self.print_report = print_report
         self.health: Health | None = None
         self._nonfinite_steps = 0
@@ -78,7 +81,7 @@ class RunHealth(Callback):
         traces = diagnostics.global_traces() if diagnostics is not None else {}
         summary = diagnostics.summary_metrics() if diagnostics is not None else {}
         return RunRecord(
-            steps=steps, burn_in=burn_in, thinning=thinning,
+            steps=steps, burn_in=burn_in, thinning=thinning, planned_steps=pl_module.planned_steps,
             chains=pl_module.num_chains * (trainer.world_size if independent else 1),
             draws_per_chain=draws,
             traces=traces,
@@ -89,7 +92,7 @@ class RunHealth(Callback):
             uses_draws=pl_module.keeps_draws and not pl_module.predict_with_current_state,
             independent_chains=independent,
             posterior_sampler=pl_module.keeps_draws,
-            notes=tuple(note for note in [pl_module.batch_target_note()] if note is not None),
+            notes=tuple(pl_module.health_notes()),
             stacking=self._stacking(trainer, pl_module),
             **self._heldout_nlpds(trainer, pl_module),
         )

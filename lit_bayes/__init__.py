@@ -12,8 +12,8 @@ import importlib
 _EXPORTS = {
     **dict.fromkeys(("Bernoulli", "Categorical", "Gaussian", "GaussianPrior", "Posterior"), "lit_bayes.posterior"),
     **dict.fromkeys(("BlockGibbs", "HMC", "IntermediateHMC", "IntermediateMALA", "MALA", "MAP", "MeanFieldVB",
-                     "NoisyGibbs", "OHSMC", "SGMCMC", "SGSMC", "SWAG", "SamplerModule", "StructuredSGMCMC"),
-                    "lit_bayes.samplers"),
+                     "NoisyGibbs", "OHSMC", "ReplicaExchangeSGMCMC", "SGMCMC", "SGSMC", "SWAG", "SamplerModule",
+                     "StructuredSGMCMC"), "lit_bayes.samplers"),
     "LearnedScalePrior": "lit_bayes.prior_scales",
     "load_run": "lit_bayes.run_loading",
     **dict.fromkeys(("run_to_arviz", "to_arviz"), "lit_bayes.arviz_export"),

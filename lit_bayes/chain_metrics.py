@@ -52,7 +52,7 @@ def chain_accuracies(run: RunPosterior, last: int | None = None, datamodule: Lig
         own = run.equally_weighted(rows)
         metric = MulticlassAccuracy(module.likelihood.num_classes, average="micro")
         for x, y in batches:
-            metric.update(own.predict(x, chunk_size=chunk_size).probs.cpu(), y.cpu())
+            metric.update(own.predict(x, chunk_size=chunk_size, transformed=True).probs.cpu(), y.cpu())
         accuracies.append(float(metric.compute()))
     return accuracies
 

@@ -6,6 +6,8 @@ and function space, acceptance rates, non-finite energies) into a :class:`Health
 advice that fixes it. The checks:
 
 - ``no_draws`` (failed): no state was kept after the burn-in.
+- ``stopped_early`` (warning): the run stopped before the steps it was set to take (``max_time``, an
+  interruption), so it kept fewer draws than planned.
 - ``too_few_draws`` (warning): fewer than 4 draws per chain, too few to diagnose.
 - ``single_chain`` (warning): one chain: R-hat, and any check across chains, is undefined.
 - ``unchecked`` (warning): draws were kept from several chains, but no function-space R-hat could be
@@ -29,6 +31,13 @@ advice that fixes it. The checks:
 - ``divergence`` (failed): chains whose energy rose from the first to the second half of the
   kept draws by more than ``divergence_sd`` within-chain standard deviations (the median
   chain's, over the first half): a stochastic-gradient chain running away.
+- ``temperature`` (warning above ``temperature_warn``, failed above ``temperature_fail``): the draws'
+  configurational temperature, the mean of theta . grad E / P over the kept draws of a gradient sampler
+  (P sampled parameters), is 1 for exact draws of the target exp(-E) (integration by parts,
+  E[theta_i dE/dtheta_i] = 1 where the density vanishes in the tails, as under the library's priors). Above
+  1 the draws are too wide (a step too large for the posterior, or minibatch noise above the injected
+  noise); below 1 too narrow (chains that have not yet spread from a narrow start). Reported when its distance from 1 exceeds the threshold
+  and ``temperature_z`` Monte Carlo standard errors: chains that agree with one another can all be wrong.
 - ``worse_than_map`` (warning): the posterior predictive's NLPD on the validation split is above that
   of the MAP estimate of the same energy (:class:`~lit_bayes.callbacks.MAPBaseline`): the draws may be
   right, but this posterior predicts worse than its own mode, which usually points at the prior.
@@ -41,12 +50,14 @@ import numpy as np
 from scipy import stats
 from torch import Tensor
 
-from lit_bayes.diagnostics import MIN_DRAWS
+from lit_bayes.diagnostics import MIN_DRAWS, integrated_autocorrelation_time
 from lit_bayes.validation import check_interval, check_positive
 
 __all__ = ["Health", "HealthThresholds", "Reason", "RunRecord", "assess"]
 
 VERDICTS = ("ok", "warning", "failed")
+#: the trace of theta . grad E / P that a gradient sampler's chain diagnostics record (ChainDiagnostics)
+CONFIG_TEMPERATURE = "config_temperature"
 
 
 @dataclass
@@ -105,6 +116,9 @@ class HealthThresholds:
     mode_sd: float = 3.0
     acceptance_band: tuple[float, float] = (0.1, 0.95)
     divergence_sd: float = 10.0
+    temperature_warn: float = 0.1
+    temperature_fail: float = 0.5
+    temperature_z: float = 4.0
 
     def __post_init__(self) -> None:
         check_interval("rhat_warn", self.rhat_warn, 1.0)
@@ -113,6 +127,9 @@ class HealthThresholds:
         check_interval("trend_p", self.trend_p, 0.0, 1.0)
         check_positive("mode_sd", self.mode_sd)
         check_positive("divergence_sd", self.divergence_sd)
+        check_positive("temperature_warn", self.temperature_warn)
+        check_interval("temperature_fail", self.temperature_fail, self.temperature_warn, low_closed=True)
+        check_positive("temperature_z", self.temperature_z)
         band = tuple(self.acceptance_band)
         if len(band) != 2:
             raise ValueError(f"acceptance_band must be (low, high), got {self.acceptance_band!r}")
@@ -132,7 +149,8 @@ class RunRecord:
     what the sampler says of its target, passed on to the health notes; ``heldout_nlpd``,
     ``map_heldout_nlpd``: the validation NLPD of the posterior predictive and of the MAP baseline (None when
     either was not measured); ``stacking``: chain stacking's ``weights`` and validation NLPDs
-    (``val_nlpd_equal``, ``val_nlpd_stacked``), when a :class:`~lit_bayes.callbacks.ChainStacking` ran.
+    (``val_nlpd_equal``, ``val_nlpd_stacked``), when a :class:`~lit_bayes.callbacks.ChainStacking` ran;
+    ``planned_steps``: the steps the run was set to take (``max_epochs`` / ``max_steps``; None when unknown).
     """
 
     steps: int
@@ -149,6 +167,7 @@ class RunRecord:
     independent_chains: bool = True
     posterior_sampler: bool = True
     notes: tuple[str, ...] = ()
+    planned_steps: int | None = None
     heldout_nlpd: float | None = None
     map_heldout_nlpd: float | None = None
     stacking: dict | None = None
@@ -159,6 +178,14 @@ def assess(record: RunRecord, thresholds: HealthThresholds | None = None) -> Hea
     limits = thresholds or HealthThresholds()
     reasons: list[Reason] = []
     notes: list[str] = list(record.notes)
+    if record.planned_steps is not None and record.steps < record.planned_steps:
+        reasons.append(Reason(
+            "stopped_early", "warning",
+            f"the run stopped at step {record.steps} of the {record.planned_steps} it was set to take "
+            f"(trainer.max_time, or an interruption): {record.draws_per_chain} draw(s) per chain were kept, fewer "
+            "than planned, and the verdict judges those",
+            "continue it from its checkpoint (--ckpt_path <run>/checkpoints/last.ckpt) or raise trainer.max_time",
+        ))
     if record.uses_draws:
         reasons += _draw_reasons(record)
     if record.nonfinite_steps:
@@ -253,6 +280,8 @@ def _chain_reasons(record: RunRecord, limits: HealthThresholds) -> list[Reason]:
         reasons += _stationarity_reasons(record.traces[space], space, limits, record.stacking)
     if "energy" in record.traces:
         reasons += _divergence_reasons(record.traces["energy"], limits)
+    if CONFIG_TEMPERATURE in record.traces and record.traces[CONFIG_TEMPERATURE].shape[-1] >= MIN_DRAWS:
+        reasons += _temperature_reasons(record.traces[CONFIG_TEMPERATURE], limits)
     return reasons
 
 
@@ -295,7 +324,9 @@ def _stationarity_reasons(trace: Tensor, name: str, limits: HealthThresholds,
             "the chains do not mix between modes, so the averaged predictive reflects where they started: weigh "
             "them by how well they predict (lit_bayes.callbacks.ChainStacking in trainer.callbacks: "
             "test/stacked/* beside the equal weights), explore between modes with cyclical SG-MCMC "
-            "(model.init_args.schedule: cyclical, schedule_options: {cycle_length, exploration}), run many more "
+            "(model.init_args.schedule: cyclical, schedule_options: {cycle_length, exploration}), let hotter replicas "
+            "carry states across the barriers (model.class_path: lit_bayes.ReplicaExchangeSGMCMC, "
+            "model.init_args.num_temperatures, max_temperature), run many more "
             "chains (model.init_args.num_chains), or use a smaller network (model.init_args.model) or a "
             "stronger prior (model.init_args.prior)",
         ))
@@ -316,6 +347,44 @@ def _divergence_reasons(energy: Tensor, limits: HealthThresholds) -> list[Reason
         "within-chain standard deviations over the kept draws",
         "the step size is too large for this posterior: lower step_size or use a decaying schedule (chains "
         "started at a mode, init: template, rise while they thermalize: raise burn_in instead)",
+    )]
+
+
+def configurational_temperature(trace: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Per-chain means of a ``config_temperature`` trace ``(chains, draws)`` and their Monte Carlo standard
+    errors (the chain's standard deviation over the square root of its draws over the integrated
+    autocorrelation time, :func:`~lit_bayes.diagnostics.integrated_autocorrelation_time`)."""
+    values = trace.detach().cpu().double().numpy()
+    spread = values.std(axis=1, ddof=1)
+    tau = float(integrated_autocorrelation_time(values)) if (spread > 0).all() else 1.0
+    return values.mean(axis=1), spread * np.sqrt(max(tau, 1.0) / values.shape[1])
+
+
+def _temperature_reasons(trace: Tensor, limits: HealthThresholds) -> list[Reason]:
+    means, errors = configurational_temperature(trace)
+    pooled, pooled_error = means.mean(), np.sqrt((errors**2).sum()) / len(means)
+    off = abs(pooled - 1.0)
+    if off <= limits.temperature_warn or off <= limits.temperature_z * pooled_error:
+        return []
+    severity = "failed" if off > limits.temperature_fail else "warning"
+    worst = np.argsort(-np.abs(means - 1.0))[:4]
+    listed = ", ".join(f"chain {c}: {means[c]:.3f} ± {errors[c]:.3f}" for c in worst)
+    if pooled > 1.0:
+        seen, advice = "wider", (
+            "the step is too large for this posterior (its discretisation error, or minibatch gradient noise "
+            "larger than the injected noise): lower model.init_args.step_size, use larger batches "
+            "(data.init_args.batch_size) or let the step decay (model.init_args.schedule: polynomial)")
+    else:
+        seen, advice = "narrower", (
+            "the chains have not spread to the posterior's width yet (still leaving a narrow start, or moving too "
+            "slowly): run longer with a longer burn-in (trainer.max_epochs, model.init_args.burn_in), raise the "
+            "step, or start from prior draws (model.init_args.init: prior)")
+    return [Reason(
+        "temperature", severity,
+        f"the draws' configurational temperature is {pooled:.3f} ± {pooled_error:.3f}, not 1 (the mean of "
+        f"theta . grad E / P, which exact draws of the target give; {listed}): the draws are {seen} than the "
+        "target, however well the chains agree",
+        advice,
     )]
 
 

@@ -11,6 +11,7 @@ import json
 import logging
 import netrc
 import os
+import signal
 import sys
 import warnings
 from argparse import ArgumentError
@@ -24,6 +25,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
 import lit_bayes
@@ -42,11 +44,12 @@ from lit_bayes.callbacks import (
 from lit_bayes.cli_help import SUBCOMMANDS
 from lit_bayes.run_directories import (
     check_checkpoint_path,
+    claim_run_directory,
     continue_metrics,
     remove_failed_start,
     resumed_run_directory,
 )
-from lit_bayes.run_loading import KeptDraws, concat_predictives, run_directory, save_predictions
+from lit_bayes.run_loading import KeptDraws, concat_predictives, newest_checkpoint, run_directory, save_predictions
 from lit_bayes.samplers import SamplerModule
 from lit_bayes.strategy import ChainParallel  # registers the "chain_parallel" strategy name
 
@@ -113,7 +116,10 @@ class LitBayesCLI(LightningCLI):
         parser.add_lightning_class_args(RunSummary, "summary")
         parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
         parser.add_lightning_class_args(ProgressLog, "progress_log")
-        parser.set_defaults({"checkpoint.save_last": True, "checkpoint.save_on_train_epoch_end": True})
+        # one last.ckpt, overwritten: a version counter would write last-v1.ckpt beside it when a resumed run's path
+        # is spelled another way than the checkpoint recorded
+        parser.set_defaults({"checkpoint.save_last": True, "checkpoint.save_on_train_epoch_end": True,
+                             "checkpoint.enable_version_counter": False})
 
     def _parse_ckpt_path(self) -> None:
         """Lightning's LightningCLI replaces the model's arguments by the hyperparameters saved in ``--ckpt_path``'s
@@ -161,13 +167,14 @@ class LitBayesCLI(LightningCLI):
             check_checkpoint_path(config.get("ckpt_path"))
 
     def prepare_predict(self, config) -> None:
-        """``lit-bayes predict`` reads a finished run: the checkpoint defaults to ``checkpoints/last.ckpt``
-        beside the ``-c`` config (so ``lit-bayes predict -c <run_dir>/config.yaml`` works); no new log
+        """``lit-bayes predict`` reads a finished run: the checkpoint defaults to the one with the most steps in
+        ``checkpoints/`` beside the ``-c`` config (:func:`~lit_bayes.run_loading.newest_checkpoint`) (so ``lit-bayes predict -c <run_dir>/config.yaml`` works); no new log
         directory or config file is made, and the checkpoint callback (which saves nothing in predict)
         keeps the run's folder."""
         if config.ckpt_path is None:
-            given = [Path(str(c)).parent / "checkpoints" / "last.ckpt" for c in (config.get("config") or [])[-1:]]
-            if not given or not given[0].exists():
+            given = [newest_checkpoint((Path(str(c)).parent / "checkpoints").glob("*.ckpt"))
+                     for c in (config.get("config") or [])[-1:]]
+            if not given or given[0] is None:
                 raise ValueError(
                     "lit-bayes predict needs --ckpt_path (a run's checkpoints/last.ckpt) or -c <run_dir>/config.yaml"
                 )
@@ -198,7 +205,8 @@ class LitBayesCLI(LightningCLI):
                 # the run's own checkpoints are there: expected, not a clash
                 warnings.filterwarnings("ignore", r"Checkpoint directory .* exists and is not empty")
             else:
-                csv = CSVLogger(root, name="")
+                version = claim_run_directory(root) if "://" not in str(root) else None  # remote: the logger's own
+                csv = CSVLogger(root, name="", version=version)
                 csv.experiment  # creates the new version directory while it is empty (no "previous log files" warning)
                 self.new_run_directory = Path(csv.log_dir)
             loggers = [csv]
@@ -339,10 +347,13 @@ def run(args: list[str] | None = None) -> None:
     (a ``ValueError`` or ``FloatingPointError`` of the library, a command line the parser rejects, Trainer
     settings Lightning rejects) is reported as ``lit-bayes: error: <message>`` with exit code 2 and no
     traceback or usage text (``LIT_BAYES_TRACEBACK=1`` shows the traceback); any other exception keeps
-    its traceback."""
+    its traceback. A run stopped by SIGTERM exits with code 143 (128 + SIGTERM) once its checkpoint is written
+    (:class:`~lit_bayes.callbacks.RunCheckpoint`)."""
     quiet_known_noise()
     try:
         make_cli(args, parser_kwargs={"exit_on_error": False})  # parse errors raise: reported below, without usage
+    except SIGTERMException:
+        raise SystemExit(128 + signal.SIGTERM) from None
     except (ArgumentError, MisconfigurationException, ValueError, FloatingPointError) as error:
         user_error = isinstance(error, (ArgumentError, MisconfigurationException))
         reported = library_error(error) or (error if user_error else None)
@@ -371,14 +382,10 @@ def fit_and_test(config: str | os.PathLike, overrides: Sequence[str] = (), train
 
 
 def last_checkpoint(root: str | os.PathLike) -> Path | None:
-    """The newest checkpoint of the runs under ``root`` (``version_*/checkpoints``, or ``checkpoints``
-    for a run without a logger), or None: normally ``last.ckpt``, which Lightning writes after the
-    numbered one of the same step (preferred on equal times). A kill between those two writes leaves
-    ``last.ckpt`` one write behind; each write is atomic, so the newer numbered file is whole and the
-    run continues from it rather than losing the steps since the write before."""
+    """The checkpoint with the most steps of the runs under ``root`` (``version_*/checkpoints``, or
+    ``checkpoints`` for a run without a logger), or None (:func:`~lit_bayes.run_loading.newest_checkpoint`)."""
     root = Path(root)
-    found = [*root.glob("version_*/checkpoints/*.ckpt"), *root.glob("checkpoints/*.ckpt")]
-    return max(found, key=lambda path: (path.stat().st_mtime, path.name == "last.ckpt"), default=None)
+    return newest_checkpoint([*root.glob("version_*/checkpoints/*.ckpt"), *root.glob("checkpoints/*.ckpt")])
 
 
 def run_summary(cli: LitBayesCLI) -> dict:

@@ -18,7 +18,8 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from lit_bayes.run_loading import run_directory
 
-__all__ = ["START_FILES", "check_checkpoint_path", "continue_metrics", "remove_failed_start", "resumed_run_directory"]
+__all__ = ["START_FILES", "check_checkpoint_path", "claim_run_directory", "continue_metrics", "remove_failed_start",
+           "resumed_run_directory"]
 
 # what a command writes into its directory before its first step: a failed start leaves only these
 START_FILES = frozenset({"config.yaml", "hparams.yaml"})
@@ -36,6 +37,23 @@ def check_checkpoint_path(ckpt_path: str | os.PathLike | None) -> None:
         return
     if not Path(text).is_file():
         raise ValueError(f"--ckpt_path: no checkpoint file at {text!r}")
+
+
+def claim_run_directory(root: str | os.PathLike) -> str:
+    """The name ``version_<n>`` of a new run directory under ``root``, made here: the number after the highest
+    there, or the next free one, each tried with ``os.mkdir``, which fails when the directory exists. Two runs
+    started at the same moment on the same root so take different numbers (a logger that lists the versions and
+    then makes its directory lets both take the same)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    taken = [int(p.name[len("version_"):]) for p in root.glob("version_*") if p.name[len("version_"):].isdigit()]
+    number = max(taken, default=-1) + 1
+    while True:
+        try:
+            (root / f"version_{number}").mkdir()
+            return f"version_{number}"
+        except FileExistsError:
+            number += 1
 
 
 def resumed_run_directory(ckpt_path: str | os.PathLike | None, root: str | os.PathLike) -> Path | None:

@@ -7,7 +7,7 @@ likelihood, prior) from the config's ``model`` section, loads the checkpoint's c
 (from the checkpoint for a memory store, from the safetensors shards for a disk store):
 
     run = lit_bayes.load_run("runs/xor_sgld/version_0")
-    predictive = run.predict(x)          # lit_bayes.predictive.Predictive over the kept draws
+    predictive = run.predict(x)          # lit_bayes.predictive.Predictive over the kept draws of raw inputs x
     test = run.predict_test()            # the DataModule's test split, with log p(y | x)
 
 ``lit-bayes predict`` uses the same reading (:class:`KeptDraws`) and writes its predictions
@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import pickle
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,14 +32,31 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from lit_bayes.callbacks.sample_store import read_disk_store
+from lit_bayes.data.base import transform_raw_inputs
 from lit_bayes.predictive import Predictive, marginal_predictive, uniform_log_weights
 from lit_bayes.samplers import SamplerModule
 
-__all__ = ["KeptDraws", "RunPosterior", "concat_predictives", "load_run", "read_kept_draws", "run_directory",
-           "save_predictions"]
+__all__ = ["KeptDraws", "RunPosterior", "concat_predictives", "load_run", "newest_checkpoint", "read_kept_draws",
+           "run_directory", "save_predictions"]
 
 SAMPLES_STATE_KEY = "PosteriorSamples"  # the callback's checkpoint key (its class name)
 PREDICTION_FIELDS = ("probs", "entropy", "mutual_information", "mean", "variance")
+
+
+def newest_checkpoint(paths: Iterable[Path]) -> Path | None:
+    """The checkpoint among ``paths`` that holds the most steps (its ``global_step``, read through a memory map
+    without loading the tensors), ``None`` for none: ``last.ckpt`` on equal steps, then the newer file. Any other
+    rule can pick a stale file: a resume that named its directory another way once wrote ``last-v1.ckpt`` beside
+    the old ``last.ckpt``, and a kill between Lightning's two writes of a step leaves ``last.ckpt`` behind the
+    numbered checkpoint."""
+    def key(path: Path) -> tuple[int, bool, float]:
+        try:
+            step = int(torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("global_step", -1))
+        except (OSError, RuntimeError, pickle.UnpicklingError, EOFError):  # unreadable: any readable one first
+            step = -2
+        return step, path.name == "last.ckpt", path.stat().st_mtime
+
+    return max(paths, key=key, default=None)
 
 
 def run_directory(checkpoint_path: str | os.PathLike) -> Path:
@@ -144,7 +163,9 @@ class RunPosterior:
     ``samples`` (named, ``(S, ...)``) and ``log_weights`` (S,) are the kept draws, or, for a
     sampler that predicts with its current state (Feynman-Kac) or keeps none by design (MAP),
     its current particles or parameters with their weights. ``config`` is the saved
-    ``config.yaml`` as a dict, ``checkpoint`` the checkpoint they were read from."""
+    ``config.yaml`` as a dict, ``checkpoint`` the checkpoint they were read from, ``input_transform`` what
+    the run's DataModule did to raw inputs (:meth:`~lit_bayes.data.base.BayesDataModule.input_transform`,
+    saved in the checkpoint; empty when it used them as given or saved none)."""
 
     module: SamplerModule
     samples: dict[str, Tensor]
@@ -152,6 +173,7 @@ class RunPosterior:
     config: dict
     run_dir: Path
     checkpoint: Path | None = None
+    input_transform: dict = dataclasses.field(default_factory=dict)
 
     @property
     def num_draws(self) -> int:
@@ -165,8 +187,13 @@ class RunPosterior:
         return dataclasses.replace(self, samples=samples, log_weights=weights)
 
     def predict(self, x: Tensor, y: Tensor | None = None, chunk_size: int | None = None,
-                keep_per_sample: bool = False) -> Predictive:
-        """The posterior predictive of inputs ``x`` (and ``log p(y | x)`` when ``y`` is given)."""
+                keep_per_sample: bool = False, transformed: bool = False) -> Predictive:
+        """The posterior predictive of raw inputs ``x`` (a batch), which go through the run's
+        :attr:`input_transform` first, as its DataModule's did in training (standardisation, image scaling),
+        unless ``transformed=True`` says they already have (batches of the DataModule's own loaders); with
+        ``y``, also ``log p(y | x)`` (``y`` as the DataModule gives it)."""
+        if not transformed:
+            x = transform_raw_inputs(self.input_transform, torch.as_tensor(x))
         dtype = next(iter(self.samples.values())).dtype
         x = x.to(self.module.device, dtype if torch.is_floating_point(x) else None)
         y = None if y is None else y.to(self.module.device)
@@ -183,7 +210,7 @@ class RunPosterior:
         as ``Trainer.predict`` does, with ``log_prob_target``."""
         data = self.datamodule() if datamodule is None else datamodule
         data.setup("test")
-        parts = [self.predict(x, y, chunk_size) for x, y in data.test_dataloader()]
+        parts = [self.predict(x, y, chunk_size, transformed=True) for x, y in data.test_dataloader()]
         return concat_predictives(parts)
 
 
@@ -193,7 +220,8 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
 
     Args:
         run_dir: the run's log directory (``runs/<name>/version_<n>``, holding ``config.yaml``).
-        checkpoint: the checkpoint to read; default ``<run_dir>/checkpoints/last.ckpt``.
+        checkpoint: the checkpoint to read; default: the one of ``<run_dir>/checkpoints`` that holds the most
+            steps (:func:`newest_checkpoint`), normally ``last.ckpt``.
         map_location: device of the module and draws.
 
     Raises ``ValueError`` for a missing config or checkpoint, and when the run kept no posterior
@@ -203,10 +231,15 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
     config_path = run_dir / "config.yaml"
     if not config_path.exists():
         raise ValueError(f"run_dir {run_dir} holds no config.yaml (the config LightningCLI saves in a run)")
-    checkpoint = run_dir / "checkpoints" / "last.ckpt" if checkpoint is None else Path(checkpoint)
+    if checkpoint is None:
+        checkpoint = newest_checkpoint((run_dir / "checkpoints").glob("*.ckpt"))
+        if checkpoint is None:
+            raise ValueError(f"run_dir {run_dir} holds no checkpoint under {run_dir / 'checkpoints'}: pass "
+                             "checkpoint= (a .ckpt the run wrote)")
+    checkpoint = Path(checkpoint)
     if not checkpoint.exists():
         raise ValueError(f"checkpoint {checkpoint} does not exist: pass checkpoint= (a .ckpt under "
-                         f"{run_dir / 'checkpoints'}) when the run kept no last.ckpt")
+                         f"{run_dir / 'checkpoints'})")
     config = yaml.safe_load(config_path.read_text())
     module = _instantiate("model", SamplerModule, config["model"])
     precision = str((config.get("trainer") or {}).get("precision"))
@@ -231,4 +264,7 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
                 "PosteriorSamples callback (the `samples` config section)"
             )
         samples, log_weights = kept
-    return RunPosterior(module, samples, log_weights, config, run_dir, checkpoint)
+    data_class = str((config.get("data") or {}).get("class_path", "")).rsplit(".", 1)[-1]
+    data_state = state.get(data_class) if data_class else None  # Lightning saves it under the class's name
+    transform = data_state.get("input_transform", {}) if isinstance(data_state, dict) else {}
+    return RunPosterior(module, samples, log_weights, config, run_dir, checkpoint, transform)

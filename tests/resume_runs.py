@@ -13,21 +13,25 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from lit_bayes import HMC, MALA, MAP, OHSMC, SGMCMC, SGSMC, Gaussian, GaussianPrior, LearnedScalePrior, MeanFieldVB, SWAG
+from lit_bayes import (
+    HMC, MALA, MAP, OHSMC, SGMCMC, SGSMC, SWAG, Gaussian, GaussianPrior, LearnedScalePrior, MeanFieldVB,
+    ReplicaExchangeSGMCMC,
+)
 from lit_bayes.callbacks import PosteriorSamples
 from lit_bayes.data import SyntheticRegression
 from lit_bayes.models import MLP, PartialMLP
 
 
 class KillAtStep(Callback):
-    """Sends SIGKILL to its own process after the given training step."""
+    """Sends a signal (SIGKILL, or e.g. ``"SIGTERM"``) to its own process after the given training step."""
 
-    def __init__(self, step: int) -> None:
+    def __init__(self, step: int, signal_name: str = "SIGKILL") -> None:
         self.step = step
+        self.signal = getattr(signal, signal_name)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), self.signal)
 
 
 def make_sampler(kind: str):
@@ -46,6 +50,11 @@ def make_sampler(kind: str):
     if kind == "sghmc_learned_map":  # learned prior scales (their own random stream), chains started at MAP fits
         return SGMCMC(net, lik, LearnedScalePrior(2.0, 2.0), stepper="sghmc", step_size=1e-3, burn_in=2, thinning=2,
                       init="map", init_options={"steps": 20, "batch_size": 16}, **common)
+    if kind in ("sghmc_exchange", "psgld_exchange_minibatch"):  # hotter replicas, swap counts, the "exchange" stream
+        stepper, swap_energy = ("sghmc", "full_batch") if kind == "sghmc_exchange" else ("psgld", "minibatch")
+        return ReplicaExchangeSGMCMC(net, lik, prior, stepper=stepper, step_size=1e-3, burn_in=2, thinning=2,
+                                     num_temperatures=4, max_temperature=8.0, swap_every=2, swap_energy=swap_energy,
+                                     **common)
     if kind == "map":
         return MAP(net, lik, prior, optimizer="adam", lr=1e-2, **common)
     if kind == "swag":

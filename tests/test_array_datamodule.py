@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_bayes import SGMCMC, Categorical, GaussianPrior
+from lit_bayes import SGMCMC, Categorical, GaussianPrior, load_run
 from lit_bayes.callbacks import PosteriorSamples, PredictiveMarginal, UncertaintyMetrics
 from lit_bayes.cli import main
 from lit_bayes.data import ArrayDataModule
@@ -77,6 +77,41 @@ data:
     summary = json.loads(summary_file.read_text())
     assert summary["dataset"] == "ArrayDataModule" and summary["steps"] == 6
     assert "test/nlpd" in summary["metrics"]
+
+
+def test_a_reloaded_run_standardises_raw_inputs_as_its_datamodule_did(tmp_path):
+    """Features far from 0 and 1 in scale: load_run(...).predict on the raw test inputs gives the run's own
+    test predictive (the DataModule's standardisation is saved with the run); transformed=True skips it."""
+    x, y = blobs(n=200)
+    x = x * [30.0, 0.2, 5.0] + [500.0, -3.0, 40.0]
+    np.savez(tmp_path / "data.npz", x=x, y=y)
+    config = tmp_path / "arrays.yaml"
+    config.write_text(f"""\
+seed_everything: 0
+trainer: {{max_epochs: 3, default_root_dir: {tmp_path / "runs"}}}
+model:
+  class_path: lit_bayes.SGMCMC
+  init_args:
+    model: {{class_path: lit_bayes.models.MLP, init_args: {{widths: [3, 8, 3]}}}}
+    likelihood: {{class_path: lit_bayes.Categorical, init_args: {{num_classes: 3}}}}
+    stepper: sgld
+    step_size: 1.0e-3
+    num_chains: 2
+    burn_in: 2
+data:
+  class_path: lit_bayes.data.ArrayDataModule
+  init_args: {{path: {tmp_path / "data.npz"}, task: classification, val_fraction: 0.2, test_fraction: 0.2}}
+""")
+    main(["fit", "-c", str(config), "--wandb", "false", "--trainer.enable_progress_bar", "false"])
+    (summary_file,) = (tmp_path / "runs").rglob("summary.json")
+    run = load_run(summary_file.parent)
+    raw_x, raw_y = run.datamodule()._split_arrays()["test"]
+    own = run.predict_test()
+    raw = run.predict(torch.as_tensor(raw_x), torch.as_tensor(raw_y))
+    torch.testing.assert_close(raw.log_probs, own.log_probs)
+    assert torch.allclose(raw.log_prob_target, own.log_prob_target)
+    unscaled = run.predict(torch.as_tensor(raw_x), transformed=True)  # what raw inputs gave before
+    assert not torch.allclose(unscaled.log_probs, own.log_probs, atol=1e-2)
 
 
 def test_standardisation_uses_training_statistics_for_every_split():

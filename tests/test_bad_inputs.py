@@ -220,7 +220,7 @@ def test_schedule_rejects_unknown_option_name():
         ("burn_in", -1, "burn_in must be an integer >= 0, got -1"),
         ("thinning", 0, "thinning must be an integer >= 1, got 0"),
         ("init", "zeros", "init must be one of 'module', 'prior', 'template', 'map', got 'zeros'"),
-        ("stepper", "hmc", r"stepper must be one of \['psgld', 'sghmc', 'sgld'\], got 'hmc'"),
+        ("stepper", "hmc", r"stepper must be one of \['psgld', 'scale_adapted_sghmc', 'sghmc', 'sgld'\], got 'hmc'"),
     ],
 )
 def test_sgmcmc_rejects_bad_settings(name, value, message):

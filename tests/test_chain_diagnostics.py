@@ -50,8 +50,8 @@ def test_mixed_chains_have_rhat_near_one_and_reach_logger_and_summary(tmp_path):
 
     traces = diagnostics.traces()
     function_space = {"heldout_lpd", "point_lpd_0", "point_lpd_1", "point_lpd_2", "point_lpd_3"}
-    assert set(traces) == {"energy", "projection_0", "projection_1"} | function_space
-    assert all(trace.shape == (4, 400) for trace in traces.values())
+    assert set(traces) == {"energy", "projection_0", "projection_1", "config_temperature"} | function_space
+    assert all(trace.shape == (4, 400 - (name == "config_temperature")) for name, trace in traces.items())
     metrics = diagnostics.summary_metrics()
     assert metrics["diag/rhat_max"] < 1.05
     assert metrics["diag/ess_bulk_min"] > 100
@@ -121,8 +121,9 @@ def test_traces_survive_a_checkpoint_and_a_resumed_run_appends(tmp_path):
     resumed = ChainDiagnostics(num_projections=PROJECTIONS)
     trainer(tmp_path, 96, [resumed]).fit(sampler(), datamodule=data(), ckpt_path=path)
     for name, trace in resumed.traces().items():
-        assert trace.shape == (4, 46)
-        assert torch.equal(trace[:, :22], before[name])
+        kept = 22 - (name == "config_temperature")  # the virial of a kept state comes with the next step's gradient
+        assert trace.shape == (4, 24 + kept)
+        assert torch.equal(trace[:, :kept], before[name])
 
 
 def test_a_trace_buffer_holds_8_bytes_a_value_and_saves_only_its_draws():

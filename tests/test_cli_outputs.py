@@ -7,6 +7,8 @@ import csv
 import json
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ import lit_bayes.data
 from lit_bayes.callbacks.plots import acceptance_plot, reliability_diagram, trace_plot, uncertain_points_plot
 from lit_bayes.cli import fit_and_test, main
 from lit_bayes.cli_help import SUBCOMMANDS, asks_top_level_help
-from lit_bayes.run_directories import remove_failed_start, resumed_run_directory
+from lit_bayes.run_directories import claim_run_directory, remove_failed_start, resumed_run_directory
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "regression_psgld.yaml"
@@ -187,6 +189,21 @@ def test_remove_failed_start_keeps_a_directory_that_holds_results(tmp_path):
     (ran / "metrics.csv").write_text("step\n1\n")
     assert remove_failed_start(started) and not started.exists()
     assert not remove_failed_start(ran) and (ran / "metrics.csv").exists()
+
+
+def test_runs_started_at_the_same_moment_claim_different_directories(tmp_path):
+    """16 starts released together on one root, five times: every one gets its own version_<n>."""
+    (tmp_path / "version_2").mkdir()
+    (tmp_path / "version_notes").mkdir()  # not a number: ignored
+    barrier = threading.Barrier(16)
+
+    def start(_):
+        barrier.wait()
+        return claim_run_directory(tmp_path)
+
+    with ThreadPoolExecutor(16) as pool:
+        names = [name for _ in range(5) for name in pool.map(start, range(16))]
+    assert sorted(names, key=lambda n: int(n.split("_")[1])) == [f"version_{n}" for n in range(3, 3 + 80)]
 
 
 def test_resumed_run_directory_is_the_checkpoints_run_under_the_same_root(tmp_path):

@@ -25,6 +25,7 @@ from lit_bayes.data import (
     TorchvisionImages,
     TwoMoons,
 )
+from lit_bayes.data.base import transform_raw_inputs
 
 
 def batches(loader) -> list[tuple[Tensor, Tensor]]:
@@ -541,6 +542,18 @@ def test_mnist_like_reads_idx_files(tmp_path, name, folder):
     assert x.shape == (12, 1, 28, 28) and x.dtype == torch.float32 and y.dtype == torch.int64
     assert torch.allclose(x[:, 0], torch.from_numpy(images).float() / 255)
     assert y.tolist() == labels.tolist()
+
+
+@pytest.mark.parametrize("standardize, flatten", [("global", True), ("per_channel", False), ("none", True)])
+def test_raw_uint8_images_take_the_transform_saved_with_the_run(tmp_path, standardize, flatten):
+    """What load_run's predict applies to raw images: the same inputs the DataModule gave its test split."""
+    images, _ = write_mnist(tmp_path, "MNIST")
+    dm = TorchvisionImages("mnist", root=tmp_path, standardize=standardize, flatten=flatten)
+    dm.setup()
+    raw = torch.from_numpy(images)  # (12, 28, 28) uint8, as torchvision reads the files
+    transformed = transform_raw_inputs(dm.input_transform(), raw)
+    torch.testing.assert_close(transformed, dm.test_data.tensors[0])
+    torch.testing.assert_close(transform_raw_inputs(dm.input_transform(), raw.float() / 255), transformed)
 
 
 def test_global_standardisation_from_train_and_own_statistics(tmp_path):

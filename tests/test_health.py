@@ -28,10 +28,13 @@ def stationary(generator: torch.Generator, chains: int = CHAINS, draws: int = DR
     return trace
 
 
-def record(heldout: torch.Tensor, energy: torch.Tensor | None = None, **options) -> RunRecord:
-    """A run record holding ``heldout`` as the held-out log density and, as ChainDiagnostics does,
-    its R-hat and ESS."""
+def record(heldout: torch.Tensor, energy: torch.Tensor | None = None, config_temperature: torch.Tensor | None = None,
+           **options) -> RunRecord:
+    """A run record holding ``heldout`` as the held-out log density (and ``config_temperature`` when given) and,
+    as ChainDiagnostics does, its R-hat and ESS."""
     traces = {"heldout_lpd": heldout, "energy": stationary(torch.Generator().manual_seed(9)) if energy is None else energy}
+    if config_temperature is not None:
+        traces["config_temperature"] = config_temperature
     settings = dict(steps=1000, burn_in=500, thinning=1, chains=heldout.shape[0], draws_per_chain=heldout.shape[1],
                     traces=traces, function_space=("heldout_lpd",), diagnostics=summarize(traces))
     settings.update(options)
@@ -143,26 +146,42 @@ def test_acceptance_outside_the_band_warns_and_non_finite_energies_fail():
     assert "2: 0.40" not in health.reasons[1].message
 
 
+@pytest.mark.parametrize("offset, scale, verdict", [
+    (0.0, 0.05, "ok"), (0.3, 0.05, "warning"), (1.0, 0.05, "failed"), (-0.3, 0.05, "warning"),
+    (0.3, 20.0, "ok"),  # as far from 1, but within its Monte Carlo error: no evidence of bias
+])
+def test_a_configurational_temperature_away_from_one_is_a_biased_run(offset, scale, verdict):
+    generator = torch.Generator().manual_seed(11)
+    temperature = 1.0 + offset + scale * stationary(generator, rho=0.5)
+    health = assess(record(stationary(generator), config_temperature=temperature))
+    assert health.verdict == verdict, health.report()
+    if verdict != "ok":
+        (reason,) = health.reasons
+        assert reason.code == "temperature" and "configurational temperature is" in reason.message
+        assert abs(float(reason.message.split(" is ")[1].split(" ")[0]) - (1 + offset)) < 0.02
+
+
 @pytest.mark.parametrize("options, name", [
     ({"rhat_warn": 0.9}, "rhat_warn"), ({"rhat_warn": 1.1, "rhat_fail": 1.05}, "rhat_fail"),
     ({"acceptance_band": (0.5, 0.2)}, "acceptance_band"), ({"trend_p": 2.0}, "trend_p"),
+    ({"temperature_warn": 0.5, "temperature_fail": 0.2}, "temperature_fail"),
 ])
 def test_bad_thresholds_are_named(options, name):
     with pytest.raises(ValueError, match=name):
         RunHealth(**options)
 
 
-def conjugate_fit(tmp_path, burn_in, max_steps, **options):
-    """SGLD on a conjugate linear regression (posterior covariance about I / 257) with RunHealth."""
+def conjugate_fit(tmp_path, burn_in, max_steps, batch_size=None, **options):
+    """Full-batch SGLD on a conjugate linear regression (posterior covariance about I / 257) with RunHealth."""
     health = RunHealth()
     callbacks = [PosteriorSamples(max_draws=1000), ChainDiagnostics(num_projections=2), health, RunSummary()]
     trainer = L.Trainer(max_steps=max_steps, default_root_dir=tmp_path, callbacks=callbacks, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0)
-    settings = dict(stepper="sgld", step_size=3e-3, num_chains=4, burn_in=burn_in, seed=0, init="prior")
+    settings = dict(stepper="sgld", step_size=1e-3, num_chains=4, burn_in=burn_in, seed=0, init="prior")
     settings.update(options)
     trainer.fit(SGMCMC(nn.Linear(3, 1), Gaussian(1.0), **settings),
-                datamodule=LinearRegression(num_train=256, num_val=32, num_test=32, batch_size=32))
+                datamodule=LinearRegression(num_train=256, num_val=32, num_test=32, batch_size=batch_size))
     return health, json.loads((tmp_path / "summary.json").read_text())
 
 
@@ -183,11 +202,40 @@ def test_assess_last_judges_the_end_of_the_traces_after_a_transient(monkeypatch)
 
 
 def test_a_converged_conjugate_run_is_ok_and_its_verdict_reaches_summary(tmp_path, capsys):
-    health, summary = conjugate_fit(tmp_path, burn_in=0.25, max_steps=1200)
+    health, summary = conjugate_fit(tmp_path, burn_in=0.25, max_steps=4000)
     assert health.health.verdict == "ok", health.health.report()
     assert summary["health"]["verdict"] == "ok" and summary["health"]["reasons"] == []
-    assert summary["health"]["draws_per_chain"] == 900 and summary["health"]["draws_total"] == 3600
+    assert summary["health"]["draws_per_chain"] == 1000 and summary["health"]["draws_total"] == 4000
     assert "Posterior health: OK" in capsys.readouterr().out
+
+
+def test_chains_that_agree_on_a_biased_target_fail_on_their_temperature(tmp_path):
+    """SGLD at a step near its stability limit on the conjugate regression (variance about 4x the posterior's),
+    or on minibatches of 32 at a step whose gradient noise outweighs its injected noise: the chains agree (R-hat
+    and ESS are fine) and are all too wide; the configurational temperature says so."""
+    for step_size, batch_size in ((1.2e-2, None), (3e-3, 32)):
+        health, summary = conjugate_fit(tmp_path, burn_in=0.25, max_steps=1200, step_size=step_size,
+                                        batch_size=batch_size)
+        assert [r["code"] for r in summary["health"]["reasons"]] == ["temperature"], health.health.report()
+        assert summary["health"]["verdict"] == "failed"
+        assert summary["metrics"]["diag/rhat/heldout_lpd"] < 1.01
+
+
+def test_a_run_stopped_by_max_time_says_so(tmp_path):
+    """Trainer(max_time=...) ends a fit early, as a finished one, with the draws it had: the verdict names the
+    step it reached of those planned and the draws kept."""
+    health = RunHealth()
+    trainer = L.Trainer(max_steps=10**7, max_time={"seconds": 2}, default_root_dir=tmp_path, logger=False,
+                        callbacks=[PosteriorSamples(), ChainDiagnostics(num_projections=2), health],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0)
+    trainer.fit(SGMCMC(nn.Linear(3, 1), Gaussian(1.0), step_size=1e-3, num_chains=4, burn_in=100, seed=0),
+                datamodule=LinearRegression(num_train=256, num_val=32, num_test=32, batch_size=None))
+    assert 100 < trainer.global_step < 10**7
+    reason = next(r for r in health.health.reasons if r.code == "stopped_early")
+    assert reason.severity == "warning"
+    assert f"stopped at step {trainer.global_step} of the {10**7}" in reason.message
+    assert f"{trainer.global_step - 100} draw(s) per chain" in reason.message
 
 
 def test_a_burn_in_past_the_run_fails_and_says_so(tmp_path, capsys):

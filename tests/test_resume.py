@@ -1,5 +1,7 @@
-"""Exact resume: N steps equal k steps, a checkpoint, and N - k more; SIGKILL loses nothing."""
+"""Exact resume: N steps equal k steps, a checkpoint, and N - k more; SIGKILL loses nothing; SIGTERM writes a
+checkpoint and exits non-zero."""
 import json
+import os
 import random
 import subprocess
 import sys
@@ -9,12 +11,16 @@ import pytest
 import torch
 
 from lit_bayes.callbacks.sample_store import read_disk_store
+from lit_bayes import load_run
+from lit_bayes.cli import fit_and_test, last_checkpoint
+from lit_bayes.run_loading import newest_checkpoint
 from tests.resume_runs import fit
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-SAMPLERS = ("sgld", "psgld", "sghmc", "sghmc_learned_map", "hmc", "mala", "ohsmc", "sgsmc")
+SAMPLERS = ("sgld", "psgld", "sghmc", "sghmc_learned_map", "sghmc_exchange", "psgld_exchange_minibatch", "hmc", "mala",
+            "ohsmc", "sgsmc")
 CASES = [(s, "memory") for s in SAMPLERS] + [("sghmc", "disk"), ("sgld", "disk")]
 
 
@@ -32,6 +38,11 @@ def test_resumed_chain_equals_uninterrupted_chain(sampler, store, tmp_path):
     if sampler in ("ohsmc", "sgsmc"):  # also the trained psi, the particle weights and the evidence
         for name, value in full.state_dict().items():
             assert torch.equal(value, resumed.state_dict()[name]), name
+    if "exchange" in sampler:  # also the hotter replicas and the swap counts; swaps took place on both sides
+        for name, value in full.state_dict().items():
+            if name.startswith(("replicas.", "swap_")):
+                assert torch.equal(value, resumed.state_dict()[name]), name
+        assert 0 < full.swap_accepts.sum() < full.swap_attempts.sum() == 3 * (6 * 2 + 6 * 1)  # 3 chains, 12 rounds
 
 
 @pytest.mark.parametrize("sampler", ["sgld", "sghmc", "ohsmc", "sgsmc"])
@@ -105,3 +116,64 @@ def test_sigkill_keeps_shards_and_resume_has_no_gap_or_duplicate(when, tmp_path)
     resumed, resumed_samples = fit(str(run), 6, ckpt_path=str(ckpt) if ckpt.exists() else None)
     assert torch.equal(resumed_samples.trace(), reference_samples.trace()), f"killed at step {kill_at}"
     assert torch.equal(read_disk_store(run / "samples"), read_disk_store(tmp_path / "reference" / "samples"))
+
+
+RECIPE = str(ROOT / "recipes" / "xor_sgld.yaml")
+SMALL = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "5", "--model.init_args.burn_in", "2",
+         "--model.init_args.num_chains", "4"]
+
+
+def stop_with_sigterm(root: str, step: int, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """``lit-bayes fit`` of the small xor run under ``root``, sent SIGTERM by itself after ``step``."""
+    return subprocess.run(
+        [sys.executable, "-m", "lit_bayes.cli", "fit", "-c", RECIPE, "--trainer.default_root_dir", root,
+         "--wandb", "false", "--trainer.enable_progress_bar", "false", *SMALL,
+         "--trainer.callbacks+=tests.resume_runs.KillAtStep", "--trainer.callbacks.step", str(step),
+         "--trainer.callbacks.signal_name", "SIGTERM"],
+        cwd=cwd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def test_sigterm_writes_a_checkpoint_exits_143_and_the_run_resumes_exactly(tmp_path):
+    """What a batch scheduler sends: the command stops after the step, writes last.ckpt, names it and exits with
+    128 + SIGTERM; --ckpt_path continues the chain as if never stopped."""
+    stopped = tmp_path / "stopped"
+    child = stop_with_sigterm(str(stopped), 7)
+    assert child.returncode == 143, child.stderr[-3000:]
+    checkpoint = stopped / "version_0" / "checkpoints" / "last.ckpt"
+    assert f"stopped by SIGTERM after step 7: {checkpoint} continues the run" in child.stderr
+    assert torch.load(checkpoint, weights_only=True)["global_step"] == 7
+    resumed = fit_and_test(RECIPE, ["--trainer.default_root_dir", str(stopped), *SMALL], ckpt_path=checkpoint)
+    full = fit_and_test(RECIPE, ["--trainer.default_root_dir", str(tmp_path / "full"), *SMALL])
+    assert resumed.trainer.global_step == full.trainer.global_step == 10
+    assert torch.equal(resumed.model.chains.flat(), full.model.chains.flat())
+
+
+@pytest.mark.parametrize("how", ["absolute_path", "moved"])
+def test_a_resume_under_another_spelling_of_its_path_overwrites_last_ckpt(how, tmp_path):
+    """Started under a relative path; resumed under the absolute one, or after the runs folder moved: the final
+    state goes to last.ckpt (no last-v1.ckpt beside a stale one), which load_run then reads."""
+    assert stop_with_sigterm("runs", 7, cwd=tmp_path).returncode == 143
+    root = tmp_path / "runs"
+    if how == "moved":
+        root = root.rename(tmp_path / "elsewhere")
+    checkpoints = root / "version_0" / "checkpoints"
+    fit_and_test(RECIPE, ["--trainer.default_root_dir", str(root), *SMALL], ckpt_path=checkpoints / "last.ckpt")
+    assert sorted(p.name for p in checkpoints.glob("last*.ckpt")) == ["last.ckpt"]
+    assert torch.load(checkpoints / "last.ckpt", weights_only=True)["global_step"] == 10
+    summary = json.loads((root / "version_0" / "summary.json").read_text())
+    assert load_run(root / "version_0").num_draws == 4 * 8 == summary["health"]["draws_total"]
+
+
+def test_load_run_reads_the_checkpoint_with_the_most_steps(tmp_path):
+    """A stale last.ckpt beside a newer numbered checkpoint (a kill between Lightning's two writes of a step)."""
+    child = stop_with_sigterm(str(tmp_path), 7)
+    assert child.returncode == 143
+    checkpoints = tmp_path / "version_0" / "checkpoints"
+    fit_and_test(RECIPE, ["--trainer.default_root_dir", str(tmp_path), *SMALL], ckpt_path=checkpoints / "last.ckpt")
+    final = torch.load(checkpoints / "last.ckpt", weights_only=True)
+    (checkpoints / "last.ckpt").rename(checkpoints / "final.ckpt")
+    stale = dict(final, global_step=7)
+    torch.save(stale, checkpoints / "last.ckpt")
+    assert newest_checkpoint(checkpoints.glob("*.ckpt")) == checkpoints / "final.ckpt"
+    assert last_checkpoint(tmp_path) == checkpoints / "final.ckpt"

@@ -55,15 +55,18 @@ def test_a_monitor_turns_the_throttle_off():
 
 def test_resume_takes_a_numbered_checkpoint_written_after_last_ckpt(tmp_path):
     """A kill between the numbered write and ``last.ckpt``'s leaves ``last.ckpt`` a write behind;
-    ``--resume`` continues from the newer file, and from ``last.ckpt`` when they are equally new."""
+    ``--resume`` continues from the checkpoint with more steps, and from ``last.ckpt`` on equal steps, whatever
+    the files' times; an unreadable file comes last."""
     folder = tmp_path / "version_0" / "checkpoints"
     folder.mkdir(parents=True)
     last, numbered = folder / "last.ckpt", folder / "epoch=3749-step=75000.ckpt"
-    last.write_bytes(b"step 70000")
-    numbered.write_bytes(b"step 75000")
-    os.utime(last, (1000, 1000))
-    os.utime(numbered, (2000, 2000))
+    torch.save({"global_step": 70_000}, last)
+    torch.save({"global_step": 75_000}, numbered)
+    os.utime(numbered, (1000, 1000))  # the older file holds more steps
     assert last_checkpoint(tmp_path) == numbered
-    os.utime(numbered, (1000, 1000))
+    torch.save({"global_step": 75_000}, last)
+    os.utime(last, (500, 500))
+    assert last_checkpoint(tmp_path) == last
+    (folder / "truncated.ckpt").write_bytes(b"PK")
     assert last_checkpoint(tmp_path) == last
     assert last_checkpoint(tmp_path / "version_1") is None

@@ -13,6 +13,7 @@ SETTINGS = {
     "sgld": {"step_size": 2e-3},
     "psgld": {"step_size": 4e-2, "stepper_options": {"alpha": 0.99, "eps_precond": 1e-3, "adapt_steps": 300}},
     "sghmc": {"step_size": 2e-2, "stepper_options": {"friction": 10.0}},
+    "scale_adapted_sghmc": {"step_size": None},  # its default step, the mass adapted in the burn-in and frozen
 }
 
 

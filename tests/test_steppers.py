@@ -1,14 +1,16 @@
-"""SGLD, pSGLD and SGHMC sample a correlated 2-D Gaussian (used without Lightning)."""
+"""SGLD, pSGLD, SGHMC and scale-adapted SGHMC sample a correlated 2-D Gaussian (used without Lightning)."""
 import pytest
 import torch
 
-from lit_bayes.steppers import PSGLD, SGHMC, SGLD
+from lit_bayes.diagnostics import ess_bulk
+from lit_bayes.steppers import PSGLD, SGHMC, SGLD, ScaleAdaptedSGHMC
 from tests.gaussian_targets import assert_matches_gaussian, correlated_gaussian
 
 CASES = {
     "sgld": (SGLD, {"lr": 0.05}),
     "psgld": (PSGLD, {"lr": 0.1, "alpha": 0.99, "eps_precond": 1e-3}),
     "sghmc": (SGHMC, {"lr": 0.1, "friction": 2.0}),
+    "scale_adapted_sghmc": (ScaleAdaptedSGHMC, {"lr": 1e-2, "adapt_steps": 1_000}),  # mass frozen after the burn-in
 }
 
 
@@ -38,6 +40,33 @@ def test_stepper_samples_correlated_gaussian(name, num_chains):
     assert_matches_gaussian(trace, mean, cov)
 
 
+def test_scale_adapted_sghmc_samples_every_scale_with_one_step_size():
+    """Coordinates whose posterior sd spans 1 to 0.1, started 3 to 30 sd out: the scale-adapted sampler's
+    default step gets every variance right with the mass frozen after the burn-in, where plain SGHMC at a
+    step that mixes the widest coordinate well diverges on the narrowest. (Its step is in units of the
+    parameter: it must stay below the narrowest posterior sd, or the discretisation shows.)"""
+    precision = torch.tensor([1.0, 1e1, 1e2])
+
+    def trace(stepper_cls, **options):
+        theta = (3.0 * torch.ones(16, 3)).requires_grad_()
+        stepper = stepper_cls([theta], generator=torch.Generator().manual_seed(0), **options)
+        draws = []
+        for t in range(6_000):
+            stepper.zero_grad()
+            (0.5 * precision * theta**2).sum().backward()
+            stepper.step()
+            if t >= 1_000:
+                draws.append(theta.detach().clone())
+        return torch.stack(draws, dim=1).double()
+
+    draws = trace(ScaleAdaptedSGHMC, lr=1e-2, adapt_steps=1_000)
+    cov = torch.diag(1.0 / precision).double()
+    assert_matches_gaussian(draws, torch.zeros(3, dtype=torch.float64), cov)
+    assert float(ess_bulk(draws).min()) > 1_000
+    with pytest.raises(FloatingPointError):
+        trace(SGHMC, lr=0.3, friction=2.0)
+
+
 def test_steppers_catch_wrong_noise_scale():
     """The check is sharp enough to reject SGLD whose noise variance is off by a factor 2."""
     class HalfNoiseSGLD(SGLD):
@@ -64,6 +93,9 @@ def test_same_seed_same_chain():
         (lambda p: PSGLD(p, lr=1e-3, eps_precond=0.0), "eps_precond must be a finite number > 0"),
         (lambda p: SGHMC(p, lr=1e-3, friction=0.0), "friction must be a finite number > 0"),
         (lambda p: SGHMC(p, lr=1e-3, noise_estimate=-1.0), "noise_estimate must be a finite real number >= 0.0"),
+        (lambda p: ScaleAdaptedSGHMC(p, lr=1e-2, friction=1.0), r"friction must be a number in \(0, 1\)"),
+        (lambda p: ScaleAdaptedSGHMC(p, lr=1e-2, beta=1.0), r"beta must be a number in \[0, 1\)"),
+        (lambda p: ScaleAdaptedSGHMC(p, lr=1e-2, adapt_steps=0), "adapt_steps"),
     ],
 )
 def test_bad_stepper_arguments(make, message):

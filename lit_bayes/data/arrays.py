@@ -218,6 +218,10 @@ class ArrayDataModule(BayesDataModule):
             out[split] = (x_std, y_out)
         return out
 
+    def input_transform(self) -> dict[str, Tensor]:
+        """The training split's feature mean and std (identity ones under ``standardize="none"``)."""
+        return {"mean": self.feature_mean, "std": self.feature_std}
+
     def unstandardize_target(self, y: Tensor) -> Tensor:
         """Map standardised regression targets or predictions back to the data's units."""
         return y * self.target_std + self.target_mean

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterator
-from typing import Literal
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from lit_bayes.validation import check_int
 
-__all__ = ["BayesDataModule", "EpochBatchSampler", "IndexedTensors"]
+__all__ = ["BayesDataModule", "EpochBatchSampler", "IndexedTensors", "transform_raw_inputs"]
 
 Task = Literal["classification", "regression"]
 SPLITS = ("train", "val", "test")
@@ -271,15 +271,24 @@ class BayesDataModule(L.LightningDataModule):
         module = getattr(self.trainer, "lightning_module", None)
         return getattr(getattr(module, "posterior", None), "minibatch_scaling", None) == "sum"
 
-    def state_dict(self) -> dict[str, int]:
-        """The epoch and the training batches of it done so far (saved in Lightning checkpoints)."""
+    def input_transform(self) -> dict[str, Any]:
+        """What turns raw inputs into the model's, saved with the run (:meth:`state_dict`) so that
+        :meth:`lit_bayes.load_run`'s ``predict`` applies it (:func:`transform_raw_inputs`): empty when the
+        inputs are used as given (this default); a subclass that standardises gives ``mean`` and ``std``
+        (tensors that broadcast over a batch of raw points), and an image set also ``pixels`` (uint8 raw values
+        are scaled to [0, 1] first), ``shape`` (one image's) and ``flatten``."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch and the training batches of it done so far, and the :meth:`input_transform` (saved in
+        Lightning checkpoints)."""
         trainer = self.trainer
         if trainer is None:
             return {}
         done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
         if done >= trainer.num_training_batches:  # the epoch is complete (the count is stale)
             done = 0
-        return {"epoch": trainer.current_epoch, "batches_done": done}
+        return {"epoch": trainer.current_epoch, "batches_done": done, "input_transform": self.input_transform()}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         self._resume_point = (state_dict["epoch"], state_dict["batches_done"]) if state_dict else None
@@ -311,3 +320,17 @@ def _describe(value: object) -> str:
     if isinstance(value, Tensor):
         return f"{value.dtype} tensor of shape {tuple(value.shape)}"
     return type(value).__name__
+
+
+def transform_raw_inputs(transform: Mapping[str, Any], x: Tensor) -> Tensor:
+    """Raw inputs ``x`` (a batch) as the DataModule that saved ``transform``
+    (:meth:`BayesDataModule.input_transform`) handed them to the model: pixels scaled to [0, 1], reshaped to
+    the image shape, standardised, flattened."""
+    if not transform:
+        return x
+    if transform.get("pixels") and x.dtype == torch.uint8:
+        x = x.float() / 255.0
+    if "shape" in transform:
+        x = x.reshape(x.shape[0], *transform["shape"])
+    x = (x - transform["mean"].to(x.device)) / transform["std"].to(x.device)
+    return x.flatten(1) if transform.get("flatten") else x

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torchvision
@@ -182,12 +182,21 @@ class TorchvisionImages(BayesDataModule):
             for split, transform in (("train", self.train_transform), ("test", self.test_transform)):
                 if transform is not None:
                     x[split] = _transform(transform, x[split], f"{split}_transform")
+        reference = (torch.zeros(1, 1, 1, 1), torch.ones(1, 1, 1, 1))
         if self.standardize != "none":
             reference = _stats(x["train"], self.standardize)
             for split in x:
                 mean, std = _stats(x[split], self.standardize) if self.stats_from == "own" else reference
                 x[split] = (x[split] - mean) / std
+        self._reference = reference
         return {split: (x[split].flatten(1) if self.flatten else x[split], y[split]) for split in x}
+
+    def input_transform(self) -> dict[str, Any]:
+        """Raw images (uint8, or floats in [0, 1]) to the model's inputs: scaled, standardised by the training
+        split's statistics (also under ``stats_from="own"``, which has none for new images), flattened."""
+        mean, std = self._reference
+        return {"pixels": True, "shape": DATASETS[self.name][1], "mean": mean[0], "std": std[0],
+                "flatten": self.flatten}
 
     def _num_val(self, pool_size: int) -> int:
         count = round(self.num_val * pool_size) if isinstance(self.num_val, float) else self.num_val

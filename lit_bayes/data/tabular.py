@@ -132,6 +132,10 @@ class TabularCSV(BayesDataModule):
             out[split] = (torch.from_numpy(x).float(), torch.from_numpy(y).to(y_dtype))
         return out
 
+    def input_transform(self) -> dict[str, Tensor]:
+        """The training split's feature mean and std."""
+        return {"mean": self.feature_mean, "std": self.feature_std}
+
     def unstandardize_target(self, y: Tensor) -> Tensor:
         """Map standardised regression targets or predictions back to the file's units."""
         return y * self.target_std + self.target_mean

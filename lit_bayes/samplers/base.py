@@ -286,15 +286,16 @@ class SamplerModule(L.LightningModule):
                 "override outputs (for a PartialBNN's phi: subclass PartialBNNSampler)"
             )
 
-    def initial_state(self, generator: torch.Generator) -> dict[str, Tensor]:
-        """Stacked initial parameters of every chain, following ``init``."""
-        state = {n: p.detach().unsqueeze(0).repeat(self.num_chains, *([1] * p.dim()))
+    def initial_state(self, generator: torch.Generator, num: int | None = None) -> dict[str, Tensor]:
+        """Stacked initial parameters of every chain (or of ``num`` parameter sets), following ``init``."""
+        num = self.num_chains if num is None else num
+        state = {n: p.detach().unsqueeze(0).repeat(num, *([1] * p.dim()))
                  for n, p in self.template_parameters().items()}
         if self.init == "template":
             return state
         if self.init in ("prior", "map"):  # "map": the fit's starting points (start_chains_at_map)
             return self.prior.sample(state, generator)
-        draws = module_draws(self.model, self.num_chains, generator)  # "module"
+        draws = module_draws(self.model, num, generator)  # "module"
         state.update({f"net.{n}": p for n, p in draws.items() if f"net.{n}" in state})
         return state
 
@@ -357,6 +358,12 @@ class SamplerModule(L.LightningModule):
                 )
         return self.burn_in, self.thinning
 
+    @property
+    def planned_steps(self) -> int | None:
+        """The steps this fit was set to take (per process), once fit has started; None when unknown (a run
+        with neither ``max_epochs`` nor ``max_steps``, or before fit)."""
+        return self._total_steps if self._sampling_resolved and self._total_steps < 2**62 else None
+
     def on_fit_start(self) -> None:
         self.resolve_sampling()
         if self.init == "map" and not self._started_at_map and self.trainer.ckpt_path is None:
@@ -373,12 +380,23 @@ class SamplerModule(L.LightningModule):
         if data is None:
             raise ValueError("init='map' needs a DataModule with train_data (every lit_bayes DataModule has it)")
         x, y = (t.to(self.device) for t in data.tensors[:2])
-        fitted = fit_map(self, self.chains.as_dict(), x, y, self.map_init,
+        states = self.chain_states()
+        starts = {name: torch.cat([state.as_dict()[name] for state in states]) for name in states[0].names}
+        fitted = fit_map(self, starts, x, y, self.map_init,
                          generator=self.stream_generator("map_init", torch.device("cpu")))
         with torch.no_grad():
-            for name, p in self.chains.as_dict().items():
-                p.copy_(fitted[name])
+            first = 0
+            for state in states:
+                rows = slice(first, first + state.num_chains)
+                for name, p in state.as_dict().items():
+                    p.copy_(fitted[name][rows])
+                first = rows.stop
         self._started_at_map = True
+
+    def chain_states(self) -> list[ChainState]:
+        """Every stacked state the sampler moves: :attr:`chains`, and a replica ladder's hotter states
+        (:class:`~lit_bayes.samplers.replica_exchange.ReplicaExchangeSGMCMC`)."""
+        return [self.chains]
 
     def update_prior_scales(self) -> None:
         """After the chains moved: the Gibbs draw of a :class:`~lit_bayes.prior_scales.LearnedScalePrior`'s
@@ -390,6 +408,11 @@ class SamplerModule(L.LightningModule):
         generator = self.generators.get("prior_scales") or self.make_generator("prior_scales")
         self.prior.gibbs_update(self.chains.as_dict(), generator, self.posterior.temperature)
 
+    def state_metrics(self) -> dict[str, Tensor]:
+        """Values of the sampler's own state for the training logs (:meth:`log_train`): a learned prior's scales
+        (:meth:`prior_scale_metrics`); subclasses add theirs."""
+        return self.prior_scale_metrics()
+
     def prior_scale_metrics(self) -> dict[str, Tensor]:
         """``prior/variance/<group>``: each learned prior scale's variance 1 / lambda, the mean over chains
         (empty for a fixed prior), for the training logs."""
@@ -399,6 +422,12 @@ class SamplerModule(L.LightningModule):
         if self.prior.per_element:  # one mean over each parameter's weights
             return {f"prior/variance/{name}": variances[columns].mean() for name, columns in self.prior.columns.items()}
         return {f"prior/variance/{group}": variances[g] for g, group in enumerate(self.prior.group_names)}
+
+    def health_notes(self) -> list[str]:
+        """What the sampler says of its run for the health report's notes: :meth:`batch_target_note`; subclasses
+        add theirs."""
+        note = self.batch_target_note()
+        return [] if note is None else [note]
 
     def batch_target_note(self) -> str | None:
         """What the chains target under ``minibatch_scaling="sum"`` on training batches smaller than the
@@ -610,13 +639,13 @@ class SamplerModule(L.LightningModule):
         (every ``log_every_n_steps``) and the last steps of the run only: Lightning's bookkeeping of
         one ``log`` call costs about as much as a step of a small network, and values logged in
         between are never written. The last steps give ``summary.json`` the final values. The
-        names in ``prog_bar`` are also shown in the progress bar. A learned prior's scales
-        (:meth:`prior_scale_metrics`) are added then, and computed on those steps only."""
+        names in ``prog_bar`` are also shown in the progress bar. The sampler's :meth:`state_metrics` are
+        added then, and computed on those steps only."""
         trainer = self._trainer
         final = self.global_step >= self._total_steps - 1
         if trainer is not None and not final and not trainer._logger_connector.should_update_logs:
             return
-        for name, value in {**values, **self.prior_scale_metrics()}.items():
+        for name, value in {**values, **self.state_metrics()}.items():
             self.log(name, value, prog_bar=name in prog_bar, on_step=True, on_epoch=False)
 
     def check_energy(self, energy: Tensor) -> None:
@@ -641,7 +670,10 @@ class SamplerModule(L.LightningModule):
     # --------------------------------------------------------------- samples
     def is_sample_step(self) -> bool:
         """Whether the state after the step just taken is a kept posterior sample."""
-        steps = self.global_step
+        return self.keeps_state(self.global_step)
+
+    def keeps_state(self, steps: int) -> bool:
+        """Whether the state after ``steps`` steps is a kept posterior sample (after the burn-in, thinned)."""
         return steps > self.burn_in and (steps - self.burn_in - 1) % self.thinning == 0
 
     def current_samples(self) -> tuple[dict[str, Tensor], Tensor]:

@@ -82,13 +82,15 @@ class StructuredSGMCMC(SGMCMC):
     few groups (the paper: M <= 16 on ResNet-20) and ``"dropout"`` for fine partitions.
     """
 
+    measures_configurational_temperature = False  # the structured energy's gradient is not grad U
+
     def __init__(
         self,
         model: nn.Module,
         likelihood: Likelihood,
         prior: Prior | None = None,
-        stepper: Literal["sgld", "psgld", "sghmc"] = "sgld",
-        step_size: float = 1e-4,
+        stepper: Literal["sgld", "psgld", "sghmc", "scale_adapted_sghmc"] = "sgld",
+        step_size: float | None = None,
         schedule: Literal["constant", "polynomial", "cyclical"] = "constant",
         schedule_options: dict[str, Any] | None = None,
         stepper_options: dict[str, Any] | None = None,
@@ -218,7 +220,7 @@ class StructuredSGMCMC(SGMCMC):
             self.sample_buffer.push(self.chains.flat())
         return self.structured_energy(x, y, *self.draw_composites())
 
-    def after_step(self, step: int) -> None:
+    def after_step(self, step: int, x: Tensor, y: Tensor) -> None:
         """Push the new states into the past-sample buffer."""
         if self.buffer_init == "initial" or step >= self.plain_steps:
             self.sample_buffer.push(self.chains.flat())

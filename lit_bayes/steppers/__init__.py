@@ -5,11 +5,12 @@ from lit_bayes.steppers.hmc import HMCStepper
 from lit_bayes.steppers.noisy_gibbs import NoisyGibbsStepper
 from lit_bayes.steppers.noisy_gibbs_conv import NoisyConvGibbsStepper
 from lit_bayes.steppers.psgld import PSGLD
+from lit_bayes.steppers.scale_adapted_sghmc import ScaleAdaptedSGHMC
 from lit_bayes.steppers.sghmc import SGHMC
 from lit_bayes.steppers.sgld import SGLD
 from lit_bayes.steppers.structured import StructuredEnergy
 
 __all__ = [
     "BlockMetropolis", "HMCStepper", "NoisyConvGibbsStepper", "NoisyGibbsStepper", "OHSMCStepper", "PSGLD", "SGHMC",
-    "SGLD", "SGSMCStepper", "StructuredEnergy",
+    "SGLD", "SGSMCStepper", "ScaleAdaptedSGHMC", "StructuredEnergy",
 ]

@@ -8,7 +8,7 @@ import torch
 from lit_bayes.steppers.base import NoisyStepper
 from lit_bayes.validation import check_interval, check_optional_int, check_positive
 
-__all__ = ["PSGLD"]
+__all__ = ["PSGLD", "rms_preconditioner"]
 
 
 class PSGLD(NoisyStepper):
@@ -58,18 +58,25 @@ class PSGLD(NoisyStepper):
                 "adapt_steps": check_optional_int("adapt_steps", adapt_steps, 1)}
 
     def update_group(self, group: dict) -> None:
-        eps, alpha, lam, adapt = group["lr"], group["alpha"], group["eps_precond"], group["adapt_steps"]
+        eps = group["lr"]
         for p in self.params_with_grad(group):
-            state = self.state[p]
-            if "square_avg" not in state:
-                state["square_avg"] = torch.zeros_like(p)
-                state["step"] = torch.zeros((), dtype=torch.long)
-            v = state["square_avg"]
-            if adapt is None or state["step"] < adapt:
-                v.mul_(alpha).addcmul_(p.grad, p.grad, value=1.0 - alpha)
-            state["step"] += 1
-            updates = int(state["step"]) if adapt is None else min(int(state["step"]), adapt)
-            precond = 1.0 / (lam + (v / (1.0 - alpha**updates)).sqrt())
+            precond = rms_preconditioner(self.state[p], p.grad, group["alpha"], group["eps_precond"],
+                                         group["adapt_steps"])
             p.addcmul_(precond, p.grad, value=-0.5 * eps)
             if self.injects_noise(group):
                 p.add_(self.noise_like(p) * (eps * precond).sqrt())
+
+
+def rms_preconditioner(state: dict, grad: torch.Tensor, alpha: float, lam: float, adapt: int | None) -> torch.Tensor:
+    """1 / (lam + sqrt(V / (1 - alpha^t))) after updating the average V of ``grad * grad`` kept in ``state`` (with
+    its step count), while fewer than ``adapt`` steps have been taken (``None``: always): the preconditioner of
+    :class:`PSGLD` and the inverse mass of :class:`~lit_bayes.steppers.ScaleAdaptedSGHMC`."""
+    if "square_avg" not in state:
+        state["square_avg"] = torch.zeros_like(grad)
+        state["step"] = torch.zeros((), dtype=torch.long)
+    v = state["square_avg"]
+    if adapt is None or state["step"] < adapt:
+        v.mul_(alpha).addcmul_(grad, grad, value=1.0 - alpha)
+    state["step"] += 1
+    updates = int(state["step"]) if adapt is None else min(int(state["step"]), adapt)
+    return 1.0 / (lam + (v / (1.0 - alpha**updates)).sqrt())

@@ -122,7 +122,7 @@ def main(argv=None) -> None:
     data.setup("test")
     batches = list(data.test_dataloader())
     images, labels = torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches])
-    probs = run.predict(images).probs
+    probs = run.predict(images, transformed=True).probs
     confidence = class_confidence(probs, labels)
     ambiguous = most_ambiguous(probs, labels, args.ambiguous)
     print("\nFig. 8: median predictive probability of the true class, correctly classified test images")
