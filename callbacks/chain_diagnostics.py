@@ -77,9 +77,10 @@ class ChainDiagnostics(Callback):
     burn-in, thinned) it appends, for each chain:
 
     - ``energy``: the training energy the step returned (``training_step``'s ``(chains,)`` output);
-    - ``config_temperature``: for a gradient sampler that measures it (its ``virial``, theta . grad E of the
-      step's state), that over the number of sampled parameters: its mean is 1 for exact draws of exp(-E)
-      (the configurational temperature; :class:`RunHealth` reads it to see a biased discretisation);
+    - ``config_temperature``: for a gradient sampler that measures it, its ``virial`` ((theta - c) . grad E
+      at its last kept state, which the next step's gradient gives) over the number of sampled parameters:
+      its mean is 1 for exact draws of exp(-E) (the configurational temperature; :class:`RunHealth` reads it
+      to see draws too wide or too narrow); one draw fewer than the other traces;
     - ``projection_0 ... projection_{k-1}``: the flat parameters projected on ``num_projections``
       fixed random unit directions (:func:`lit_bayes.diagnostics.random_projections` with ``seed``;
       drawn once);
@@ -158,7 +159,12 @@ class ChainDiagnostics(Callback):
     # ------------------------------------------------------------------- fit
     def on_fit_start(self, trainer, pl_module) -> None:
         batch = heldout_batch(getattr(trainer, "datamodule", None), self.heldout_size) if self.heldout_size else None
-        self._heldout = None if batch is None else (batch[0].to(pl_module.device), batch[1].to(pl_module.device))
+        if batch is None:
+            self._heldout = None
+            return
+        # float inputs (and regression targets) in the chains' dtype: float64 under precision 64-true
+        dtype = next(iter(pl_module.chains.as_dict().values())).dtype
+        self._heldout = tuple(t.to(pl_module.device, dtype if t.is_floating_point() else None) for t in batch)
 
     @torch.no_grad()
     def _record_function_space(self, pl_module) -> None:

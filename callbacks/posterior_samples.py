@@ -10,6 +10,7 @@ from torch import Tensor
 
 from lit_bayes.callbacks.sample_store import DiskStore, MemoryStore
 from lit_bayes.predictive import uniform_log_weights
+from lit_bayes.validation import check_writable_directory
 
 __all__ = ["PosteriorSamples"]
 
@@ -55,6 +56,8 @@ class PosteriorSamples(Callback):
         if self.mode == "disk":
             root = Path(self.directory) if self.directory else Path(trainer.log_dir or trainer.default_root_dir) / "samples"
             self.store.directory = root / f"rank_{trainer.global_rank}" if trainer.world_size > 1 else root
+            if stage == "fit":  # the shards are written during and at the end of fit: refuse a read-only place now
+                check_writable_directory("PosteriorSamples directory (samples.directory)", self.store.directory)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Refuse, before the first step, a memory store that would outgrow ``max_bytes``

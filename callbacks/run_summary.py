@@ -9,6 +9,8 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
+from lit_bayes.validation import check_writable_directory
+
 __all__ = ["RunSummary"]
 
 
@@ -43,6 +45,8 @@ class RunSummary(Callback):
     def setup(self, trainer, pl_module, stage: str) -> None:
         # on every process: trainer.log_dir is a collective call under DDP
         self.path = Path(self.directory or trainer.log_dir or trainer.default_root_dir) / "summary.json"
+        if trainer.is_global_zero:  # summary.json is written after the whole run: refuse a read-only place now
+            check_writable_directory("RunSummary directory (summary.directory)", self.path.parent)
         self._stage = stage  # Lightning restores a checkpoint's callback states after setup
         if stage == "fit":
             self._earlier = 0.0  # a checkpoint restored after setup sets it (load_state_dict)

@@ -31,13 +31,14 @@ advice that fixes it. The checks:
 - ``divergence`` (failed): chains whose energy rose from the first to the second half of the
   kept draws by more than ``divergence_sd`` within-chain standard deviations (the median
   chain's, over the first half): a stochastic-gradient chain running away.
-- ``temperature`` (warning above ``temperature_warn``, failed above ``temperature_fail``): the draws'
-  configurational temperature, the mean of theta . grad E / P over the kept draws of a gradient sampler
-  (P sampled parameters), is 1 for exact draws of the target exp(-E) (integration by parts,
-  E[theta_i dE/dtheta_i] = 1 where the density vanishes in the tails, as under the library's priors). Above
-  1 the draws are too wide (a step too large for the posterior, or minibatch noise above the injected
-  noise); below 1 too narrow (chains that have not yet spread from a narrow start). Reported when its distance from 1 exceeds the threshold
-  and ``temperature_z`` Monte Carlo standard errors: chains that agree with one another can all be wrong.
+- ``temperature`` (warning when further from 1 than ``temperature_warn``, failed beyond
+  ``temperature_fail``): the draws' configurational temperature, the mean of (theta - c) . grad E / P over
+  the kept draws of a gradient sampler (P sampled parameters, c a constant per chain), is 1 for exact draws
+  of the target exp(-E) (integration by parts, E[(theta_i - c_i) dE/dtheta_i] = 1 where the density vanishes
+  in the tails, as under the library's priors). Above 1 the draws are too wide (a step too large for the
+  posterior, or minibatch noise above the injected noise); below 1 too narrow (chains that have not yet
+  spread from a narrow start). Reported when its distance from 1 also exceeds ``temperature_z`` Monte Carlo
+  standard errors: chains that agree with one another can all be wrong.
 - ``worse_than_map`` (warning): the posterior predictive's NLPD on the validation split is above that
   of the MAP estimate of the same energy (:class:`~lit_bayes.callbacks.MAPBaseline`): the draws may be
   right, but this posterior predicts worse than its own mode, which usually points at the prior.
@@ -56,7 +57,7 @@ from lit_bayes.validation import check_interval, check_positive
 __all__ = ["Health", "HealthThresholds", "Reason", "RunRecord", "assess"]
 
 VERDICTS = ("ok", "warning", "failed")
-#: the trace of theta . grad E / P that a gradient sampler's chain diagnostics record (ChainDiagnostics)
+#: the trace of (theta - c) . grad E / P that a gradient sampler's chain diagnostics record (ChainDiagnostics)
 CONFIG_TEMPERATURE = "config_temperature"
 
 
@@ -382,7 +383,7 @@ def _temperature_reasons(trace: Tensor, limits: HealthThresholds) -> list[Reason
     return [Reason(
         "temperature", severity,
         f"the draws' configurational temperature is {pooled:.3f} ± {pooled_error:.3f}, not 1 (the mean of "
-        f"theta . grad E / P, which exact draws of the target give; {listed}): the draws are {seen} than the "
+        f"(theta - c) . grad E / P, which exact draws of the target give; {listed}): the draws are {seen} than the "
         "target, however well the chains agree",
         advice,
     )]

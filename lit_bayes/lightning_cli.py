@@ -44,6 +44,7 @@ from lit_bayes.callbacks import (
 from lit_bayes.cli_help import SUBCOMMANDS
 from lit_bayes.run_directories import (
     check_checkpoint_path,
+    check_resumed_data,
     claim_run_directory,
     continue_metrics,
     remove_failed_start,
@@ -168,9 +169,9 @@ class LitBayesCLI(LightningCLI):
 
     def prepare_predict(self, config) -> None:
         """``lit-bayes predict`` reads a finished run: the checkpoint defaults to the one with the most steps in
-        ``checkpoints/`` beside the ``-c`` config (:func:`~lit_bayes.run_loading.newest_checkpoint`) (so ``lit-bayes predict -c <run_dir>/config.yaml`` works); no new log
-        directory or config file is made, and the checkpoint callback (which saves nothing in predict)
-        keeps the run's folder."""
+        ``checkpoints/`` beside the ``-c`` config (:func:`~lit_bayes.run_loading.newest_checkpoint`), so
+        ``lit-bayes predict -c <run_dir>/config.yaml`` works; no new log directory or config file is made, and
+        the checkpoint callback (which saves nothing in predict) keeps the run's folder."""
         if config.ckpt_path is None:
             given = [newest_checkpoint((Path(str(c)).parent / "checkpoints").glob("*.ckpt"))
                      for c in (config.get("config") or [])[-1:]]
@@ -198,6 +199,7 @@ class LitBayesCLI(LightningCLI):
         if config.trainer.logger in (None, True):
             root = config.trainer.default_root_dir or "runs"
             checkpoint = self.resumed_checkpoint(config)
+            check_resumed_data(checkpoint, config.data.as_dict() if hasattr(config.data, "as_dict") else config.data)
             resumed = resumed_run_directory(checkpoint, root)
             if resumed is not None:
                 csv = CSVLogger(root, name="", version=resumed.name)

@@ -53,6 +53,8 @@ def fit_map(module, params: Mapping[str, Tensor], x: Tensor, y: Tensor, fit: Map
     with gradients on also inside inference mode; returns detached parameters."""
     num_points = y.shape[0]
     full = fit.batch_size is None or fit.batch_size >= num_points
+    dtype = next(iter(params.values())).dtype  # the run's: float64 under precision 64-true
+    x, y = (t.to(dtype=dtype) if t.is_floating_point() else t for t in (x, y))
     with torch.inference_mode(False), torch.enable_grad():
         x, y = (t.clone() if t.is_inference() else t for t in (x, y))  # autograd refuses inference tensors
         leaves = {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}

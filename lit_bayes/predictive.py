@@ -172,6 +172,9 @@ def marginal_predictive(
     path), the 1,000-sample x 10,000-point MLP(784, 10, 10, 10, 10) of ``benchmarks/predictive_marginal.py`` in
     ~0.8x the time (0.95 of the sgemm peak against 0.75, one thread); ``fused=False`` keeps the eager path.
     """
+    dtype = next(iter(samples.values())).dtype  # float inputs in the draws' dtype (float64 under 64-true)
+    x = x.to(dtype) if x.is_floating_point() else x
+    y = y.to(dtype) if y is not None and y.is_floating_point() else y
     if tile_points is None:
         tile_points = default_tile_points(x.shape[0], x.device)
     check_int("tile_points", tile_points, 1)

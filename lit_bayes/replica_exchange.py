@@ -47,7 +47,8 @@ def check_ladder(temperatures: Sequence[float]) -> list[float]:
     kept chains), strictly increasing."""
     values = [check_float(f"temperatures[{k}]", t) for k, t in enumerate(temperatures)]
     if not values or values[0] != 1.0:
-        raise ValueError(f"temperatures must start at 1.0 (the replicas kept as posterior draws), got {list(temperatures)}")
+        raise ValueError(f"temperatures must start at 1.0 (the replicas kept as posterior draws), "
+                         f"got {list(temperatures)}")
     if any(not (b > a) or not math.isfinite(b) for a, b in zip(values, values[1:])):
         raise ValueError(f"temperatures must be finite and strictly increasing, got {list(temperatures)}")
     return values

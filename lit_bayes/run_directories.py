@@ -7,19 +7,21 @@ steps after it run again), and its ``summary.json``, plots and checkpoints repla
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import warnings
 from pathlib import Path
 
 import torch
+import yaml
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from lit_bayes.run_loading import run_directory
 
-__all__ = ["START_FILES", "check_checkpoint_path", "claim_run_directory", "continue_metrics", "remove_failed_start",
-           "resumed_run_directory"]
+__all__ = ["START_FILES", "check_checkpoint_path", "check_resumed_data", "claim_run_directory", "continue_metrics",
+           "remove_failed_start", "resumed_run_directory"]
 
 # what a command writes into its directory before its first step: a failed start leaves only these
 START_FILES = frozenset({"config.yaml", "hparams.yaml"})
@@ -54,6 +56,42 @@ def claim_run_directory(root: str | os.PathLike) -> str:
             return f"version_{number}"
         except FileExistsError:
             number += 1
+
+
+def _as_saved(value: object) -> str:
+    """A config leaf that JSON does not take as a saved config writes it: a function by its import path, any
+    other object (a path) as text."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{value.__module__}.{value.__qualname__}"
+    return str(value)
+
+
+def _flat(value: object, prefix: str = "") -> dict[str, object]:
+    """A nested config section as ``{"a.b.c": leaf}``, leaves through JSON (:func:`_as_saved`)."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): value}
+
+
+def check_resumed_data(ckpt_path: str | os.PathLike | None, data: object) -> None:
+    """Raise a ``ValueError`` when a fit resumed from ``ckpt_path`` would train on other data than the run it
+    continues: its ``data`` section (the command's, any mapping) differs from the ``config.yaml`` saved in the
+    checkpoint's run directory, naming every differing setting. Nothing to compare (no file there, a run
+    without a saved config) passes."""
+    if ckpt_path is None or not Path(ckpt_path).is_file():
+        return
+    saved_file = run_directory(ckpt_path) / "config.yaml"
+    if not saved_file.is_file():
+        return
+    saved = (yaml.safe_load(saved_file.read_text()) or {}).get("data")
+    if saved is None:
+        return
+    given, kept = (_flat(json.loads(json.dumps(section, default=_as_saved))) for section in (data, saved))
+    differ = sorted(key for key in given.keys() | kept.keys() if given.get(key) != kept.get(key))
+    if differ:
+        pairs = "; ".join(f"data.{key}: {given.get(key)!r} given, {kept.get(key)!r} in the run" for key in differ)
+        raise ValueError(f"--ckpt_path continues a run trained on other data settings ({pairs}): a chain continued "
+                         f"on other data is neither run; start a new run, or resume with the run's {saved_file}")
 
 
 def resumed_run_directory(ckpt_path: str | os.PathLike | None, root: str | os.PathLike) -> Path | None:

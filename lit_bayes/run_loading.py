@@ -165,7 +165,8 @@ class RunPosterior:
     its current particles or parameters with their weights. ``config`` is the saved
     ``config.yaml`` as a dict, ``checkpoint`` the checkpoint they were read from, ``input_transform`` what
     the run's DataModule did to raw inputs (:meth:`~lit_bayes.data.base.BayesDataModule.input_transform`,
-    saved in the checkpoint; empty when it used them as given or saved none)."""
+    saved in the checkpoint; empty when it used them as given or saved none), ``input_shape`` the shape of one
+    model input (None when the DataModule saved none)."""
 
     module: SamplerModule
     samples: dict[str, Tensor]
@@ -174,6 +175,7 @@ class RunPosterior:
     run_dir: Path
     checkpoint: Path | None = None
     input_transform: dict = dataclasses.field(default_factory=dict)
+    input_shape: tuple[int, ...] | None = None
 
     @property
     def num_draws(self) -> int:
@@ -192,8 +194,23 @@ class RunPosterior:
         :attr:`input_transform` first, as its DataModule's did in training (standardisation, image scaling),
         unless ``transformed=True`` says they already have (batches of the DataModule's own loaders); with
         ``y``, also ``log p(y | x)`` (``y`` as the DataModule gives it)."""
+        x = torch.as_tensor(x)
+        if x.dim() < 2 or x.shape[0] == 0:
+            hint = ": x[None] for one point" if x.dim() == 1 else ""
+            raise ValueError(f"x must be a batch of points, shape (n, ...) with n >= 1, got shape "
+                             f"{tuple(x.shape)}{hint}")
+        if torch.is_floating_point(x) and not torch.isfinite(x).all():
+            rows = (~torch.isfinite(x.flatten(1))).any(1).nonzero().flatten().tolist()
+            raise ValueError(f"x holds NaN or infinite values in rows {rows[:10]}{' ...' if len(rows) > 10 else ''}")
         if not transformed:
-            x = transform_raw_inputs(self.input_transform, torch.as_tensor(x))
+            try:
+                x = transform_raw_inputs(self.input_transform, x)
+            except RuntimeError as error:  # a shape the saved statistics do not fit
+                raise ValueError(f"x has points of shape {tuple(x.shape[1:])}, which the run's input standardisation "
+                                 f"does not fit (model points of shape {self.input_shape}): {error}") from error
+        if self.input_shape is not None and tuple(x.shape[1:]) != tuple(self.input_shape):
+            raise ValueError(f"x has points of shape {tuple(x.shape[1:])} (batch shape {tuple(x.shape)}), the run's "
+                             f"model takes points of shape {tuple(self.input_shape)}")
         dtype = next(iter(self.samples.values())).dtype
         x = x.to(self.module.device, dtype if torch.is_floating_point(x) else None)
         y = None if y is None else y.to(self.module.device)
@@ -266,5 +283,7 @@ def load_run(run_dir: str | os.PathLike, checkpoint: str | os.PathLike | None = 
         samples, log_weights = kept
     data_class = str((config.get("data") or {}).get("class_path", "")).rsplit(".", 1)[-1]
     data_state = state.get(data_class) if data_class else None  # Lightning saves it under the class's name
-    transform = data_state.get("input_transform", {}) if isinstance(data_state, dict) else {}
-    return RunPosterior(module, samples, log_weights, config, run_dir, checkpoint, transform)
+    data_state = data_state if isinstance(data_state, dict) else {}
+    shape = data_state.get("input_shape")
+    return RunPosterior(module, samples, log_weights, config, run_dir, checkpoint,
+                        data_state.get("input_transform", {}), None if shape is None else tuple(shape))

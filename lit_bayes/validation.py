@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
 __all__ = ["check_bool", "check_float", "check_int", "check_interval", "check_optional_int", "check_positive",
-           "check_widths"]
+           "check_widths", "check_writable_directory"]
 
 
 def check_bool(name: str, value: object) -> bool:
@@ -73,3 +75,18 @@ def check_positive(name: str, value: object) -> float:
     if not _is_finite_real(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
+
+
+def check_writable_directory(argument: str, directory: str | os.PathLike) -> None:
+    """Make ``directory`` (and its parents) if needed and write and remove a probe file in it, raising a
+    ``ValueError`` that names ``argument`` when either fails: a directory a run writes at its end (samples,
+    summary) is checked before its first step, not found read-only after the whole fit."""
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write_probe_{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"{argument}: cannot write to {str(path)!r} ({error.strerror or error}); give a writable "
+                         "directory") from error

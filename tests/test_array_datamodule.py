@@ -112,6 +112,13 @@ data:
     assert torch.allclose(raw.log_prob_target, own.log_prob_target)
     unscaled = run.predict(torch.as_tensor(raw_x), transformed=True)  # what raw inputs gave before
     assert not torch.allclose(unscaled.log_probs, own.log_probs, atol=1e-2)
+    torch.testing.assert_close(run.predict(raw_x).log_probs, own.log_probs)  # a numpy array
+    bad = raw_x.copy()
+    bad[3, 1] = np.nan
+    for x, match in ((raw_x[:, :2], r"points of shape \(2,\).*points of shape \(3,\)"),
+                     (raw_x[:0], "n >= 1"), (raw_x[0], r"x\[None\] for one point"), (bad, r"NaN .* rows \[3\]")):
+        with pytest.raises(ValueError, match=match):
+            run.predict(x)
 
 
 def test_standardisation_uses_training_statistics_for_every_split():

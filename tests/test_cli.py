@@ -117,3 +117,31 @@ def test_strict_exits_with_3_when_the_verdict_is_failed(tmp_path, capsys):
     assert "Posterior health: FAILED" in out and "burn_in is 100" in out
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     assert summary["health"]["verdict"] == "failed"  # written before the exit
+
+
+@pytest.mark.parametrize("recipe", ["main.yaml", "xor_sgld_replica_exchange.yaml"])
+def test_a_run_in_float64_keeps_its_draws_and_baselines(recipe, tmp_path):
+    """precision 64-true: the held-out batch of the chain diagnostics, the MAP baseline's data and the replica
+    swaps' full-batch energies take the chains' dtype (a float32 batch crashed at the first kept draw)."""
+    exchange = ["--model.init_args.swap_energy", "full_batch"] if "exchange" in recipe else []
+    main(["fit", "-c", str(RECIPES / recipe), "--trainer.default_root_dir", str(tmp_path), "--wandb", "false", *TINY,
+          "--trainer.precision", "64-true", *exchange])
+    summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["steps"] == 6 and "test/nlpd" in summary["metrics"]
+
+
+@pytest.mark.parametrize("option", ["--samples.directory", "--summary.directory"])
+def test_an_unwritable_output_directory_is_refused_before_the_first_step(option, tmp_path, capsys):
+    """A place the run writes at its end (the disk store's shards, summary.json) that cannot be written is a
+    one-line error naming the option before any step, not a fit whose draws or summary are lost at the end.
+    (A directory under a file stands in for a read-only one: the tests may run as root.)"""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    disk = ["--samples.mode", "disk"] if option == "--samples.directory" else []
+    with pytest.raises(SystemExit) as stop:
+        main(["fit", "-c", str(RECIPES / "xor_sgld.yaml"), "--trainer.default_root_dir", str(tmp_path / "runs"),
+              "--wandb", "false", *TINY, *disk, option, str(blocker / "out")])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert f"({option[2:]}): cannot write to" in error
+    assert not list(tmp_path.rglob("*.ckpt"))

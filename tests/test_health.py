@@ -3,6 +3,7 @@ conjugate target, and the verdict printed, logged and written to summary.json.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -11,6 +12,7 @@ from torch import nn
 
 from lit_bayes import SGMCMC, Gaussian
 from lit_bayes.callbacks import ChainDiagnostics, PosteriorSamples, RunHealth, RunSummary
+from lit_bayes.cli import fit_and_test, run_summary
 from lit_bayes.data import LinearRegression
 from lit_bayes.diagnostics import summarize
 from lit_bayes.health import HealthThresholds, RunRecord, assess
@@ -221,6 +223,20 @@ def test_chains_that_agree_on_a_biased_target_fail_on_their_temperature(tmp_path
         assert summary["metrics"]["diag/rhat/heldout_lpd"] < 1.01
 
 
+@pytest.mark.parametrize("stepper, step_size", [("sgld", "1"), ("sghmc", "0.9")])
+def test_the_main_job_at_a_far_too_large_step_fails_on_its_temperature(stepper, step_size, tmp_path):
+    """The main job with SGLD at step 1 or its SGHMC at 0.9 predicts near chance with chains that agree with
+    one another; the verdict names the bias (a fifth of the main job's epochs)."""
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "main.yaml"
+    cli = fit_and_test(recipe, ["--trainer.default_root_dir", str(tmp_path), "--trainer.max_epochs", "320",
+                                "--model.init_args.stepper", stepper, "--model.init_args.step_size", step_size,
+                                "--model.init_args.stepper_options", "{}"])
+    health = run_summary(cli)["health"]
+    assert health["verdict"] == "failed"
+    (reason,) = [r for r in health["reasons"] if r["code"] == "temperature"]
+    assert reason["severity"] == "failed" and "wider than the target" in reason["message"]
+
+
 def test_a_run_stopped_by_max_time_says_so(tmp_path):
     """Trainer(max_time=...) ends a fit early, as a finished one, with the draws it had: the verdict names the
     step it reached of those planned and the draws kept."""
@@ -235,7 +251,7 @@ def test_a_run_stopped_by_max_time_says_so(tmp_path):
     reason = next(r for r in health.health.reasons if r.code == "stopped_early")
     assert reason.severity == "warning"
     assert f"stopped at step {trainer.global_step} of the {10**7}" in reason.message
-    assert f"{trainer.global_step - 100} draw(s) per chain" in reason.message
+    assert f"{health.health.draws_per_chain} draw(s) per chain" in reason.message
 
 
 def test_a_burn_in_past_the_run_fails_and_says_so(tmp_path, capsys):

@@ -12,7 +12,7 @@ import torch
 
 from lit_bayes.callbacks.sample_store import read_disk_store
 from lit_bayes import load_run
-from lit_bayes.cli import fit_and_test, last_checkpoint
+from lit_bayes.cli import fit_and_test, last_checkpoint, main
 from lit_bayes.run_loading import newest_checkpoint
 from tests.resume_runs import fit
 
@@ -123,13 +123,15 @@ SMALL = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "5", "--m
          "--model.init_args.num_chains", "4"]
 
 
-def stop_with_sigterm(root: str, step: int, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """``lit-bayes fit`` of the small xor run under ``root``, sent SIGTERM by itself after ``step``."""
+def stop_with_sigterm(root: str, step: int, cwd: Path = ROOT,
+                      signal_name: str = "SIGTERM") -> subprocess.CompletedProcess:
+    """``lit-bayes fit`` of the small xor run under ``root``, sent SIGTERM (or ``signal_name``) by itself after
+    ``step``; a checkpoint at every epoch end (5 steps)."""
     return subprocess.run(
         [sys.executable, "-m", "lit_bayes.cli", "fit", "-c", RECIPE, "--trainer.default_root_dir", root,
-         "--wandb", "false", "--trainer.enable_progress_bar", "false", *SMALL,
+         "--wandb", "false", "--trainer.enable_progress_bar", "false", *SMALL, "--checkpoint.min_steps", "1",
          "--trainer.callbacks+=tests.resume_runs.KillAtStep", "--trainer.callbacks.step", str(step),
-         "--trainer.callbacks.signal_name", "SIGTERM"],
+         "--trainer.callbacks.signal_name", signal_name],
         cwd=cwd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
@@ -149,11 +151,13 @@ def test_sigterm_writes_a_checkpoint_exits_143_and_the_run_resumes_exactly(tmp_p
     assert torch.equal(resumed.model.chains.flat(), full.model.chains.flat())
 
 
-@pytest.mark.parametrize("how", ["absolute_path", "moved"])
+@pytest.mark.parametrize("how", ["absolute_path", "moved", "killed"])
 def test_a_resume_under_another_spelling_of_its_path_overwrites_last_ckpt(how, tmp_path):
-    """Started under a relative path; resumed under the absolute one, or after the runs folder moved: the final
-    state goes to last.ckpt (no last-v1.ckpt beside a stale one), which load_run then reads."""
-    assert stop_with_sigterm("runs", 7, cwd=tmp_path).returncode == 143
+    """Started under a relative path and stopped by SIGTERM (or SIGKILL, last.ckpt then at the epoch end before);
+    resumed under the absolute path, or after the runs folder moved: the final state goes to last.ckpt (no
+    last-v1.ckpt beside a stale one), and load_run reads every draw summary.json counts."""
+    signal_name, code = ("SIGKILL", -9) if how == "killed" else ("SIGTERM", 143)
+    assert stop_with_sigterm("runs", 7, cwd=tmp_path, signal_name=signal_name).returncode == code
     root = tmp_path / "runs"
     if how == "moved":
         root = root.rename(tmp_path / "elsewhere")
@@ -177,3 +181,18 @@ def test_load_run_reads_the_checkpoint_with_the_most_steps(tmp_path):
     torch.save(stale, checkpoints / "last.ckpt")
     assert newest_checkpoint(checkpoints.glob("*.ckpt")) == checkpoints / "final.ckpt"
     assert last_checkpoint(tmp_path) == checkpoints / "final.ckpt"
+
+
+def test_a_resume_on_other_data_settings_is_refused_naming_them(tmp_path, capsys):
+    """The run's config.yaml records its data; --ckpt_path with another data seed or noise would continue the
+    chain on other data (and overwrite the record): a one-line error naming each setting, and the record kept."""
+    assert stop_with_sigterm(str(tmp_path), 7).returncode == 143
+    checkpoint = tmp_path / "version_0" / "checkpoints" / "last.ckpt"
+    saved = (tmp_path / "version_0" / "config.yaml").read_text()
+    with pytest.raises(SystemExit) as stop:
+        main(["fit", "-c", RECIPE, "--trainer.default_root_dir", str(tmp_path), "--wandb", "false", *SMALL,
+              "--data.init_args.seed", "1", "--data.init_args.offset", "0.3", "--ckpt_path", str(checkpoint)])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert "data.init_args.seed: 1 given, 0 in the run" in error and "data.init_args.offset: 0.3 given" in error
+    assert (tmp_path / "version_0" / "config.yaml").read_text() == saved

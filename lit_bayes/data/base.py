@@ -280,15 +280,16 @@ class BayesDataModule(L.LightningDataModule):
         return {}
 
     def state_dict(self) -> dict[str, Any]:
-        """The epoch and the training batches of it done so far, and the :meth:`input_transform` (saved in
-        Lightning checkpoints)."""
+        """The epoch and the training batches of it done so far, the :meth:`input_transform` and the shape of
+        one model input (saved in Lightning checkpoints)."""
         trainer = self.trainer
         if trainer is None:
             return {}
         done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
         if done >= trainer.num_training_batches:  # the epoch is complete (the count is stale)
             done = 0
-        return {"epoch": trainer.current_epoch, "batches_done": done, "input_transform": self.input_transform()}
+        return {"epoch": trainer.current_epoch, "batches_done": done, "input_transform": self.input_transform(),
+                "input_shape": tuple(self.input_shape)}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         self._resume_point = (state_dict["epoch"], state_dict["batches_done"]) if state_dict else None

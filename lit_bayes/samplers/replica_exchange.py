@@ -43,8 +43,9 @@ class ReplicaExchangeSGMCMC(SGMCMC):
     Each of the ``num_chains`` chains has a ladder of K replicas: replica k targets exp(-U / (T tau_k)),
     1 = tau_0 < ... < tau_{K-1}. The K * C replicas move together, one vectorised energy call per step, each
     by the SG stepper on its own tempered energy, with step size eps tau_k for SGLD, eps sqrt(tau_k) for SGHMC
-    and eps for pSGLD and scale-adapted SGHMC (whose preconditioners grow like tau_k): so every replica's deterministic drift is the
-    cold chain's and only its noise grows, and the hot replicas cross the barriers the cold ones cannot.
+    and eps for pSGLD and scale-adapted SGHMC (whose preconditioners grow like tau_k): so every replica's
+    deterministic drift is the cold chain's and only its noise grows, and the hot replicas cross the barriers
+    the cold ones cannot.
     Every ``swap_every`` steps, after the move, neighbouring replicas of each chain exchange their states
     with the Metropolis probability of the swap, in even/odd rounds. Only the tau = 1 replicas are the
     sampler's :attr:`chains`: what the callbacks keep, diagnose and predict with. The hotter ones are
@@ -213,9 +214,11 @@ class ReplicaExchangeSGMCMC(SGMCMC):
         x_all, y_all = datamodule.train_data.tensors[:2]
         num_points = y_all.shape[0]
         chunk = getattr(datamodule, "batch_size", None) or num_points
+        dtype = next(iter(params.values())).dtype  # the run's: float64 under precision 64-true
         total = 0.0
         for start in range(0, num_points, chunk):
-            x, y = (t[start:start + chunk].to(self.device) for t in (x_all, y_all))
+            x, y = (t[start:start + chunk].to(self.device, dtype if t.is_floating_point() else None)
+                    for t in (x_all, y_all))
             total = total + self.log_likelihood(params, self.outputs(params, x), y).sum(-1)
         return self.posterior.likelihood_energy(total, num_points) + self.posterior.prior_energy(self.prior(params))
 
@@ -228,9 +231,10 @@ class ReplicaExchangeSGMCMC(SGMCMC):
         rates = [a / n if n else math.nan for a, n in zip(accepts, attempts)]
         pairs = ", ".join(f"{rate:.3f} ({self.ladder[k]:.3g}-{self.ladder[k + 1]:.3g})" for k, rate in enumerate(rates))
         note = f"replica exchange: swap rates between neighbouring temperatures {pairs}"
-        if min(rates) < LOW_SWAP_RATE:
-            note += (f"; below {LOW_SWAP_RATE:g} few states cross, so the hotter replicas barely reach the kept chains: "
-                     "add temperatures (model.init_args.num_temperatures) or lower the top one (max_temperature)")
+        if any(rate < LOW_SWAP_RATE for rate in rates):  # a pair not yet tried (NaN) is not low
+            note += (f"; below {LOW_SWAP_RATE:g} few states cross, so the hotter replicas barely reach the kept "
+                     "chains: add temperatures (model.init_args.num_temperatures) or lower the top one "
+                     "(max_temperature)")
         return [*notes, note]
 
     def state_metrics(self) -> dict[str, Tensor]:
